@@ -1,0 +1,8 @@
+//! wasm-epp: an inference-aware endpoint picker that runs inside Envoy as a Proxy-Wasm filter.
+//!
+//! The crate is a plain Rust library — request parsing ([`request`]), the snapshot format
+//! ([`snapshot`]) and the scheduler ([`scheduler`]) — plus, when built for wasm32 with the
+//! `proxy` feature, a thin Proxy-Wasm shell that wires them into Envoy.
+
+pub mod scheduler;
+pub mod snapshot;

@@ -1,0 +1,92 @@
+//! The versioned snapshot the controller serves and every Envoy worker reads.
+//!
+//! The controller builds it (endpoints, their latest scraped metrics with freshness, and the
+//! compiled scheduling profile) and serves it as JSON; the filter's poller stores the JSON in
+//! proxy-wasm shared data and each worker decodes it again only when the version changes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::scheduler::profile::Profile;
+
+/// One complete view of the pool at a point in time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {
+    /// Strictly increasing for one controller process; a consumer keeps the newest it has seen.
+    pub version: u64,
+    /// Wall-clock time the snapshot was built, milliseconds since the Unix epoch.
+    pub generated_unix_ms: u64,
+    /// The compiled scheduling profile every request is scheduled with.
+    pub profile: Profile,
+    /// Every endpoint of the pool, in a stable order.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One model-server endpoint (one `ip:port`; a pod with several target ports is several).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoint {
+    /// Stable identity, `namespace/name` when a namespace is known, else `name`.
+    pub name: String,
+    /// IP address (IPv4 or IPv6, without brackets).
+    pub address: String,
+    /// Serving port; metrics are scraped from the same port.
+    pub port: u16,
+    /// Endpoint labels (pod labels, or the file-discovery `labels`).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The latest scraped metrics.
+    #[serde(default)]
+    pub metrics: Metrics,
+}
+
+impl Endpoint {
+    /// The `host:port` form used in `x-gateway-destination-endpoint` (IPv6 bracketed).
+    pub fn host_port(&self) -> String {
+        if self.address.contains(':') {
+            format!("[{}]:{}", self.address, self.port)
+        } else {
+            format!("{}:{}", self.address, self.port)
+        }
+    }
+}
+
+/// Metrics scraped from one endpoint's `/metrics`. A failed scrape keeps the previous values and
+/// does not move `updated_unix_ms`; an endpoint never scraped successfully has it `None`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Metrics {
+    /// `vllm:num_requests_waiting`.
+    pub waiting_queue_size: u64,
+    /// `vllm:num_requests_running`.
+    pub running_requests_size: u64,
+    /// `vllm:kv_cache_usage_perc` (or the older `vllm:gpu_cache_usage_perc`), a fraction 0..1.
+    pub kv_cache_usage: f64,
+    /// LoRA adapters running (`running_lora_adapters` of `vllm:lora_requests_info`).
+    pub active_models: Vec<String>,
+    /// LoRA adapters waiting (`waiting_lora_adapters`).
+    pub waiting_models: Vec<String>,
+    /// `max_lora`; 0 when the server does not report it.
+    pub max_active_models: u32,
+    /// `block_size` label of `vllm:cache_config_info`, in tokens.
+    pub block_size: Option<u32>,
+    /// `num_gpu_blocks` label of `vllm:cache_config_info`.
+    pub num_gpu_blocks: Option<u64>,
+    /// When a scrape last succeeded, milliseconds since the Unix epoch.
+    pub updated_unix_ms: Option<u64>,
+}
+
+impl Snapshot {
+    /// Decodes a snapshot served by the controller.
+    pub fn from_json(bytes: &[u8]) -> Result<Snapshot, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("invalid snapshot: {e}"))
+    }
+
+    /// Encodes the snapshot as the controller serves it.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serialising plain data structures with string keys cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
