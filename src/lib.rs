@@ -4,5 +4,12 @@
 //! ([`snapshot`]) and the scheduler ([`scheduler`]) — plus, when built for wasm32 with the
 //! `proxy` feature, a thin Proxy-Wasm shell that wires them into Envoy.
 
+pub mod errors;
+pub mod picker;
+pub mod plugin_config;
+pub mod request;
 pub mod scheduler;
 pub mod snapshot;
+
+#[cfg(all(target_arch = "wasm32", feature = "proxy"))]
+mod shim;

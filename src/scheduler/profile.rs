@@ -43,6 +43,28 @@ pub enum ScorerSpec {
     /// `prefix-cache-scorer`: share of the prompt's blocks an endpoint likely has cached.
     #[serde(rename = "prefix-cache-scorer")]
     PrefixCache(PrefixCacheParams),
+    /// `active-request-scorer`: fewer requests in flight from this proxy scores higher.
+    #[serde(rename = "active-request-scorer")]
+    ActiveRequest(ActiveRequestParams),
+}
+
+/// Parameters of `active-request-scorer` (upstream names and defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ActiveRequestParams {
+    /// Endpoints with at most this many requests in flight score 1.
+    pub idle_threshold: u64,
+    /// The highest score a busy endpoint can get.
+    pub max_busy_score: f64,
+}
+
+impl Default for ActiveRequestParams {
+    fn default() -> Self {
+        ActiveRequestParams {
+            idle_threshold: 0,
+            max_busy_score: 1.0,
+        }
+    }
 }
 
 /// Parameters of the approximate prefix-cache producer and scorer (upstream names).

@@ -1,0 +1,121 @@
+//! The approximate prefix-cache producer (upstream `approx-prefix-cache-producer`): without a
+//! tokenizer, the prompt is cut into 4-byte pseudo-tokens, grouped into blocks and hashed in a
+//! chain seeded with the target model and `cache_salt`; an index learnt from our own routing
+//! decisions tells how many leading blocks each endpoint likely has cached.
+
+mod hashing;
+mod index;
+
+pub use hashing::block_hashes;
+pub use index::PrefixIndex;
+
+use super::profile::PrefixCacheParams;
+use super::Request;
+use crate::snapshot::Endpoint;
+
+/// Smallest block, in tokens, the producer hashes (bounds the index's memory).
+pub const MIN_BLOCK_SIZE_TOKENS: u64 = 64;
+
+/// What the producer computed for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefixMatch {
+    /// The request's chained block hashes.
+    pub hashes: Vec<u64>,
+    /// Leading blocks each candidate likely holds (same order as the candidates).
+    pub matched_blocks: Vec<usize>,
+    /// Tokens per block.
+    pub block_size_tokens: u64,
+    /// Per-endpoint index capacity, in blocks, to record this request with.
+    pub capacity: usize,
+}
+
+/// Computes the request's block hashes and each candidate's match against the index.
+pub fn produce(
+    params: &PrefixCacheParams,
+    endpoints: &[Endpoint],
+    request: &Request<'_>,
+    index: &PrefixIndex,
+) -> PrefixMatch {
+    let first = endpoints.first().map(|e| &e.metrics);
+    let tuned_block = first
+        .and_then(|m| m.block_size)
+        .filter(|_| params.auto_tune)
+        .map(u64::from);
+    let block_size_tokens = tuned_block
+        .unwrap_or(params.block_size_tokens)
+        .max(MIN_BLOCK_SIZE_TOKENS);
+    let capacity = first
+        .and_then(|m| m.num_gpu_blocks)
+        .filter(|&n| params.auto_tune && n > 0)
+        .unwrap_or(params.lru_capacity_per_server);
+    let max_blocks = (params.max_prefix_tokens_to_match / block_size_tokens) as usize;
+    let hashes = block_hashes(
+        request.model,
+        request.cache_salt,
+        request.prompt,
+        block_size_tokens,
+        max_blocks,
+    );
+    let matched_blocks = index.matched_blocks(endpoints, &hashes);
+    PrefixMatch {
+        hashes,
+        matched_blocks,
+        block_size_tokens,
+        capacity: usize::try_from(capacity).unwrap_or(usize::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::test_support::endpoint;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn block_size_is_auto_tuned_with_a_floor_of_64() {
+        let mut endpoints = vec![endpoint(1, 0, 0.0)];
+        let request = Request {
+            model: "m",
+            prompt: &[7; 1024],
+            cache_salt: "",
+        };
+        let index = PrefixIndex::default();
+        let p = produce(&PrefixCacheParams::default(), &endpoints, &request, &index);
+        assert_eq!(p.block_size_tokens, 64);
+        assert_eq!(p.hashes.len(), 4); // 1024 bytes = 256 tokens = 4 blocks of 64
+        endpoints[0].metrics.block_size = Some(128);
+        endpoints[0].metrics.num_gpu_blocks = Some(10);
+        let p = produce(&PrefixCacheParams::default(), &endpoints, &request, &index);
+        assert_eq!(
+            (p.block_size_tokens, p.hashes.len(), p.capacity),
+            (128, 2, 10)
+        );
+        let fixed = PrefixCacheParams {
+            auto_tune: false,
+            ..PrefixCacheParams::default()
+        };
+        let p = produce(&fixed, &endpoints, &request, &index);
+        assert_eq!((p.block_size_tokens, p.capacity), (64, 31_250));
+    }
+
+    #[test]
+    fn token_cap_limits_blocks() {
+        let params = PrefixCacheParams {
+            max_prefix_tokens_to_match: 128,
+            ..PrefixCacheParams::default()
+        };
+        let request = Request {
+            model: "m",
+            prompt: &[7; 4096],
+            cache_salt: "",
+        };
+        let p = produce(
+            &params,
+            &[endpoint(1, 0, 0.0)],
+            &request,
+            &PrefixIndex::default(),
+        );
+        assert_eq!(p.hashes.len(), 2);
+    }
+}

@@ -1,0 +1,59 @@
+//! `active-request-scorer`: prefers endpoints with fewer requests in flight from this proxy
+//! (counted in shared data by every Envoy worker). At most `idleThreshold` in flight → 1, else
+//! `(max − count)/max · maxBusyScore` with `max` the largest count among the candidates.
+
+use crate::scheduler::profile::ActiveRequestParams;
+use crate::scheduler::ScoringInput;
+
+/// One score per candidate.
+pub fn score(params: &ActiveRequestParams, input: &ScoringInput<'_>) -> Vec<f64> {
+    let count = |i: usize| input.in_flight.get(i).copied().unwrap_or(0);
+    let max = (0..input.endpoints.len()).map(count).max().unwrap_or(0) as f64;
+    (0..input.endpoints.len())
+        .map(|i| {
+            let c = count(i);
+            if c <= params.idle_threshold || max == 0.0 {
+                1.0
+            } else {
+                (max - c as f64) / max * params.max_busy_score
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::test_support::endpoint;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn idle_scores_one_busy_scales_down() {
+        let endpoints = [
+            endpoint(1, 0, 0.0),
+            endpoint(2, 0, 0.0),
+            endpoint(3, 0, 0.0),
+        ];
+        let input = ScoringInput {
+            endpoints: &endpoints,
+            prefix: None,
+            in_flight: &[0, 2, 4],
+        };
+        assert_eq!(
+            score(&ActiveRequestParams::default(), &input),
+            vec![1.0, 0.5, 0.0]
+        );
+        let params = ActiveRequestParams {
+            idle_threshold: 2,
+            max_busy_score: 0.5,
+        };
+        assert_eq!(score(&params, &input), vec![1.0, 1.0, 0.0]);
+        let none = ScoringInput {
+            endpoints: &endpoints,
+            prefix: None,
+            in_flight: &[],
+        };
+        assert_eq!(score(&params, &none), vec![1.0, 1.0, 1.0]);
+    }
+}

@@ -1,0 +1,35 @@
+//! `kv-cache-utilization-scorer`: prefers endpoints with free KV cache, `1 − usage`.
+
+use crate::scheduler::ScoringInput;
+
+/// One score per candidate.
+pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
+    input
+        .endpoints
+        .iter()
+        .map(|e| 1.0 - e.metrics.kv_cache_usage)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::test_support::endpoint;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn one_minus_usage_without_normalisation() {
+        let endpoints = [
+            endpoint(1, 0, 0.0),
+            endpoint(2, 0, 0.25),
+            endpoint(3, 0, 1.0),
+        ];
+        let input = ScoringInput {
+            endpoints: &endpoints,
+            prefix: None,
+            in_flight: &[],
+        };
+        assert_eq!(score(&input), vec![1.0, 0.75, 0.0]);
+    }
+}

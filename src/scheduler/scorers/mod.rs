@@ -1,0 +1,38 @@
+//! Scorer plugins, one file each, named like their upstream config `type`.
+//! Each returns one raw score per candidate; the scheduler clamps and weights them.
+
+mod active_request_scorer;
+mod kv_cache_utilization_scorer;
+mod prefix_cache_scorer;
+mod queue_scorer;
+
+use super::profile::ScorerSpec;
+use super::ScoringInput;
+
+/// Scores every candidate with the given scorer.
+pub fn score(spec: &ScorerSpec, input: &ScoringInput<'_>) -> Vec<f64> {
+    match spec {
+        ScorerSpec::Queue => queue_scorer::score(input),
+        ScorerSpec::KvCacheUtilization => kv_cache_utilization_scorer::score(input),
+        ScorerSpec::PrefixCache(params) => prefix_cache_scorer::score(params, input),
+        ScorerSpec::ActiveRequest(params) => active_request_scorer::score(params, input),
+    }
+}
+
+/// Min-max normalisation where lower is better: `(max − v)/(max − min)`, all equal → 1.
+pub(crate) fn lower_is_better(values: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
+    let (min, max) = values
+        .clone()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    values
+        .map(|v| {
+            if max > min {
+                (max - v) / (max - min)
+            } else {
+                1.0
+            }
+        })
+        .collect()
+}

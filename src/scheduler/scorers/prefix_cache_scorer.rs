@@ -1,0 +1,71 @@
+//! `prefix-cache-scorer`: `w·min(1, matched·blockSize/scale)² + (1−w)·matched/total`, where
+//! `w` is `matchLengthWeight` and `scale` is `matchLengthScaleTokens`; no blocks → 0.
+
+use crate::scheduler::profile::PrefixCacheParams;
+use crate::scheduler::ScoringInput;
+
+/// One score per candidate.
+pub fn score(params: &PrefixCacheParams, input: &ScoringInput<'_>) -> Vec<f64> {
+    let Some(prefix) = input.prefix else {
+        return vec![0.0; input.endpoints.len()];
+    };
+    let total = prefix.hashes.len() as f64;
+    let w = params.match_length_weight;
+    let scale = params.match_length_scale_tokens.max(1) as f64;
+    (0..input.endpoints.len())
+        .map(|i| {
+            let matched = prefix.matched_blocks.get(i).copied().unwrap_or(0) as f64;
+            if total == 0.0 {
+                return 0.0;
+            }
+            let length = (matched * prefix.block_size_tokens as f64 / scale).min(1.0);
+            w * length * length + (1.0 - w) * matched / total
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::prefix::PrefixMatch;
+    use crate::scheduler::test_support::endpoint;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn ratio_and_length_terms() {
+        let endpoints = [
+            endpoint(1, 0, 0.0),
+            endpoint(2, 0, 0.0),
+            endpoint(3, 0, 0.0),
+        ];
+        let prefix = PrefixMatch {
+            hashes: vec![1, 2, 3, 4],
+            matched_blocks: vec![4, 2, 0],
+            block_size_tokens: 64,
+            capacity: 10,
+        };
+        let input = ScoringInput {
+            endpoints: &endpoints,
+            prefix: Some(&prefix),
+            in_flight: &[],
+        };
+        assert_eq!(
+            score(&PrefixCacheParams::default(), &input),
+            vec![1.0, 0.5, 0.0]
+        );
+        let params = PrefixCacheParams {
+            match_length_weight: 0.5,
+            match_length_scale_tokens: 256,
+            ..PrefixCacheParams::default()
+        };
+        // endpoint 2: length = 128/256 = 0.5 → 0.5·0.25 + 0.5·0.5 = 0.375
+        assert_eq!(score(&params, &input), vec![1.0, 0.375, 0.0]);
+        let none = ScoringInput {
+            endpoints: &endpoints,
+            prefix: None,
+            in_flight: &[],
+        };
+        assert_eq!(score(&params, &none), vec![0.0; 3]);
+    }
+}

@@ -1,0 +1,131 @@
+//! The snapshot poller: one per Envoy process (a bootstrap `envoy.bootstrap.wasm` singleton
+//! with the filter's `vm_id`). It long-polls the controller and publishes every newer snapshot
+//! to shared data; any failure is retried on a later tick.
+
+use std::time::Duration;
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{BufferType, MapType};
+
+use super::shared;
+use crate::plugin_config::PollerConfig;
+use crate::snapshot::Snapshot;
+
+/// Extra time the HTTP call may take beyond the long-poll hold.
+const CALL_MARGIN: Duration = Duration::from_secs(5);
+
+/// Poller state.
+pub struct Poller {
+    config: PollerConfig,
+    in_flight: bool,
+    retry_after_ticks: u32,
+}
+
+impl Poller {
+    /// A poller that has not polled yet.
+    pub fn new(config: PollerConfig) -> Poller {
+        Poller {
+            config,
+            in_flight: false,
+            retry_after_ticks: 0,
+        }
+    }
+
+    /// Starts the retry ticker; the first poll goes out on the first tick.
+    pub fn start(&mut self) {
+        let period = Duration::from_millis(self.config.retry_ms.max(10));
+        if let Err(status) = hostcalls::set_tick_period(period) {
+            log::error!("wasm-epp poller: cannot set tick period: {status:?}");
+        }
+    }
+
+    /// Polls again unless a call is outstanding.
+    pub fn on_tick(&mut self) {
+        if self.retry_after_ticks > 0 {
+            self.retry_after_ticks -= 1;
+            return;
+        }
+        if !self.in_flight {
+            self.poll();
+        }
+    }
+
+    fn poll(&mut self) {
+        let since = shared::snapshot_version().unwrap_or(0);
+        let path = format!(
+            "{}?since={since}&wait_ms={}",
+            self.config.snapshot_path, self.config.long_poll_ms
+        );
+        let headers = vec![
+            (":method", "GET"),
+            (":path", path.as_str()),
+            (":authority", self.config.controller_authority.as_str()),
+        ];
+        let timeout = Duration::from_millis(self.config.long_poll_ms) + CALL_MARGIN;
+        match hostcalls::dispatch_http_call(
+            &self.config.controller_cluster,
+            headers,
+            None,
+            vec![],
+            timeout,
+        ) {
+            Ok(_) => self.in_flight = true,
+            Err(status) => log::warn!("wasm-epp poller: dispatch failed: {status:?}"),
+        }
+    }
+
+    /// Handles the controller's answer: 200 publishes a newer snapshot, 304 polls again, and
+    /// anything else waits a tick.
+    pub fn on_http_call_response(
+        &mut self,
+        _token: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        self.in_flight = false;
+        let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        match status.as_str() {
+            "200" => {
+                let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                if self.publish(&body) {
+                    self.poll();
+                } else {
+                    self.retry_after_ticks = 1;
+                }
+            }
+            "304" => self.poll(),
+            other => {
+                log::warn!("wasm-epp poller: controller answered {other:?}; retrying");
+                self.retry_after_ticks = 1;
+            }
+        }
+    }
+
+    /// Publishes `body` if it is a valid snapshot newer than the published one.
+    fn publish(&self, body: &[u8]) -> bool {
+        let snapshot = match Snapshot::from_json(body) {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("wasm-epp poller: {e}");
+                return false;
+            }
+        };
+        if shared::snapshot_version().is_some_and(|v| v >= snapshot.version) {
+            return true;
+        }
+        match shared::publish_snapshot(snapshot.version, body) {
+            Ok(()) => true,
+            Err(status) => {
+                log::warn!("wasm-epp poller: cannot publish: {status:?}");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Proxy-wasm shared data, which every worker of the Envoy process sees (namespaced by
+//! `vm_id`): the published snapshot with a small version key, and per-endpoint in-flight
+//! counters. Only the `Result`-returning hostcalls are used, so a host error never traps.
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::Status;
+
+/// Key holding the snapshot's version (decimal), read on every request.
+const VERSION_KEY: &str = "wasm-epp.snapshot.version";
+/// Key holding the snapshot JSON, read only when the version changes.
+const SNAPSHOT_KEY: &str = "wasm-epp.snapshot";
+/// Prefix of the in-flight counter keys (`…<ip:port>`).
+const IN_FLIGHT_PREFIX: &str = "wasm-epp.inflight.";
+/// Attempts at a compare-and-swap update before giving up.
+const CAS_ATTEMPTS: usize = 16;
+
+/// The published snapshot version, if any.
+pub fn snapshot_version() -> Option<u64> {
+    read_u64(VERSION_KEY).0
+}
+
+/// The published snapshot JSON.
+pub fn snapshot_json() -> Option<Vec<u8>> {
+    hostcalls::get_shared_data(SNAPSHOT_KEY).ok()?.0
+}
+
+/// Publishes a snapshot: the JSON first, then its version, so a reader that sees the new
+/// version also finds the JSON.
+pub fn publish_snapshot(version: u64, json: &[u8]) -> Result<(), Status> {
+    hostcalls::set_shared_data(SNAPSHOT_KEY, Some(json), None)?;
+    hostcalls::set_shared_data(VERSION_KEY, Some(version.to_string().as_bytes()), None)
+}
+
+/// This proxy's in-flight requests to `endpoint` (`ip:port`).
+pub fn in_flight(endpoint: &str) -> u64 {
+    read_u64(&format!("{IN_FLIGHT_PREFIX}{endpoint}"))
+        .0
+        .unwrap_or(0)
+}
+
+/// Adds `delta` to the in-flight counter of `endpoint`, never below zero.
+pub fn add_in_flight(endpoint: &str, delta: i64) {
+    let key = format!("{IN_FLIGHT_PREFIX}{endpoint}");
+    for _ in 0..CAS_ATTEMPTS {
+        let (value, cas) = read_u64(&key);
+        let next = value.unwrap_or(0).saturating_add_signed(delta);
+        match hostcalls::set_shared_data(&key, Some(next.to_string().as_bytes()), cas) {
+            Err(Status::CasMismatch) => continue,
+            Ok(()) | Err(_) => return,
+        }
+    }
+}
+
+fn read_u64(key: &str) -> (Option<u64>, Option<u32>) {
+    match hostcalls::get_shared_data(key) {
+        Ok((bytes, cas)) => {
+            let value = bytes.and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok());
+            (value, cas)
+        }
+        Err(_) => (None, None),
+    }
+}
