@@ -1,0 +1,357 @@
+//! End-to-end harness: the real Envoy (from the project's .venv), the real controller and
+//! simulator binaries (from `make build`), all on 127.0.0.1 with free ports. Every process is
+//! killed when its guard drops; every wait has a deadline.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::collections::HashMap;
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Root of the repository.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn from_env(var: &str, default: &str) -> PathBuf {
+    let path = std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(default));
+    assert!(
+        path.exists(),
+        "{} not found ({var}); run `make build envoy` first",
+        path.display()
+    );
+    path
+}
+
+/// A binary built by `make build`.
+pub fn bin(name: &str) -> PathBuf {
+    from_env("WASM_EPP_BIN_DIR", "target/release").join(name)
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind 127.0.0.1:0")
+}
+
+/// A scratch directory for one test, removed on drop.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "wasm-epp-e2e-{}-{}-{name}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        fs::create_dir_all(&dir).expect("create scratch dir");
+        Scratch(dir)
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process killed on drop.
+pub struct Proc(Option<Child>);
+
+impl Proc {
+    fn spawn(command: &mut Command, log: &Path) -> Proc {
+        let log = fs::File::create(log).expect("create log");
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
+        Proc(Some(child))
+    }
+
+    /// Kills the process now.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `f` every 10 ms until it returns true or `limit` passes.
+pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(15)))
+        .build()
+        .into()
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HashMap<String, String>,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+
+    /// The simulator instance that served the request.
+    pub fn instance(&self) -> &str {
+        self.header("x-sim-instance").unwrap_or("")
+    }
+}
+
+fn reply(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Reply {
+    match result {
+        Ok(mut response) => Reply {
+            status: response.status().as_u16(),
+            headers: response
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+                .collect(),
+            body: response.body_mut().read_to_string().unwrap_or_default(),
+        },
+        Err(e) => Reply {
+            status: 0,
+            headers: HashMap::new(),
+            body: e.to_string(),
+        },
+    }
+}
+
+/// POSTs `body` to `url` with extra headers.
+pub fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut request = agent().post(url).header("content-type", "application/json");
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    reply(request.send(body))
+}
+
+/// GETs `url` with extra headers.
+pub fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut request = agent().get(url);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    reply(request.call())
+}
+
+/// PUTs a JSON body.
+pub fn put(url: &str, body: &str) -> Reply {
+    reply(agent().put(url).header("content-type", "application/json").send(body))
+}
+
+/// A completion request body.
+pub fn completion(prompt: &str) -> String {
+    serde_json::json!({"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": prompt, "max_tokens": 2})
+        .to_string()
+}
+
+/// A running simulator.
+pub struct Sim {
+    pub name: String,
+    pub port: u16,
+    _proc: Proc,
+}
+
+impl Sim {
+    pub fn start(scratch: &Scratch, name: &str, extra: &[&str]) -> Sim {
+        let port = free_port();
+        let proc = Proc::spawn(
+            Command::new(bin("vllm-sim"))
+                .args(["--port", &port.to_string(), "--instance-name", name])
+                .args(extra),
+            &scratch.path(&format!("{name}.log")),
+        );
+        let sim = Sim { name: name.to_string(), port, _proc: proc };
+        assert!(
+            wait_until(Duration::from_secs(10), || get(&sim.url("/health"), &[]).status == 200),
+            "simulator {name} did not become healthy"
+        );
+        sim
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Pins the load this simulator reports on /metrics.
+    pub fn report_load(&self, waiting: u64, kv_cache_usage: f64) {
+        let body = serde_json::json!({"waiting": waiting, "kv_cache_usage": kv_cache_usage});
+        assert_eq!(put(&self.url("/sim/metrics-override"), &body.to_string()).status, 200);
+    }
+
+    /// Requests this simulator has served.
+    pub fn requests_served(&self) -> u64 {
+        let stats: serde_json::Value =
+            serde_json::from_str(&get(&self.url("/sim/stats"), &[]).body).expect("stats JSON");
+        stats["requests_total"].as_u64().expect("requests_total")
+    }
+}
+
+/// Writes an upstream-format endpoints file listing the simulators.
+pub fn endpoints_file(scratch: &Scratch, sims: &[&Sim]) -> PathBuf {
+    let mut yaml = String::from("endpoints:\n");
+    for sim in sims {
+        yaml.push_str(&format!(
+            "- name: {}\n  namespace: e2e\n  address: 127.0.0.1\n  port: {}\n",
+            sim.name, sim.port
+        ));
+    }
+    if sims.is_empty() {
+        yaml = "endpoints: []\n".to_string();
+    }
+    let path = scratch.path("endpoints.yaml");
+    fs::write(&path, yaml).expect("write endpoints file");
+    path
+}
+
+/// A running controller.
+pub struct Controller {
+    pub port: u16,
+    pub admin_port: u16,
+    pub proc: Proc,
+}
+
+impl Controller {
+    /// Starts the controller with `args` (discovery and config flags) and the given scrape
+    /// interval; waits until it is ready.
+    pub fn start(scratch: &Scratch, interval: &str, args: &[&str]) -> Controller {
+        let (port, admin_port) = (free_port(), free_port());
+        let proc = Proc::spawn(
+            Command::new(bin("wasm-epp-controller"))
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .args(["--metrics-listen", &format!("127.0.0.1:{admin_port}")])
+                .args(["--refresh-metrics-interval", interval])
+                .args(args),
+            &scratch.path("controller.log"),
+        );
+        let controller = Controller { port, admin_port, proc };
+        let ready = format!("http://127.0.0.1:{admin_port}/readyz");
+        assert!(
+            wait_until(Duration::from_secs(10), || get(&ready, &[]).status == 200),
+            "controller did not become ready"
+        );
+        controller
+    }
+}
+
+/// How to run Envoy.
+pub struct EnvoyOptions {
+    pub concurrency: u32,
+    pub controller_port: u16,
+    pub fallback_port: u16,
+    pub fail_open: bool,
+}
+
+/// A running Envoy built from envoy/envoy.yaml with this test's ports.
+pub struct Envoy {
+    pub port: u16,
+    pub admin_port: u16,
+    _proc: Proc,
+}
+
+impl Envoy {
+    pub fn start(scratch: &Scratch, options: EnvoyOptions) -> Envoy {
+        let (port, admin_port) = (free_port(), free_port());
+        let wasm = from_env("WASM_EPP_WASM", "target/wasm32-wasip1/wasm/wasm_epp.wasm");
+        let fail_open = format!(r#"{{"failOpen": {}}}"#, options.fail_open);
+        let replacements = [
+            ("port_value: 10000", format!("port_value: {port}")),
+            ("port_value: 9901", format!("port_value: {admin_port}")),
+            ("port_value: 9002", format!("port_value: {}", options.controller_port)),
+            ("port_value: 8000", format!("port_value: {}", options.fallback_port)),
+            ("target/wasm32-wasip1/wasm/wasm_epp.wasm", wasm.display().to_string()),
+            (r#"{"failOpen": false}"#, fail_open),
+        ];
+        let mut config = fs::read_to_string(repo().join("envoy/envoy.yaml")).expect("envoy.yaml");
+        for (from, to) in &replacements {
+            assert!(config.contains(from), "envoy/envoy.yaml no longer contains {from:?}");
+            config = config.replace(from, to);
+        }
+        let config_path = scratch.path("envoy.yaml");
+        fs::write(&config_path, config).expect("write envoy config");
+        let proc = Proc::spawn(
+            Command::new(from_env("ENVOY_BIN", ".venv/envoy"))
+                .arg("-c")
+                .arg(&config_path)
+                .args(["--concurrency", &options.concurrency.to_string()])
+                .args(["--disable-hot-restart", "-l", "warning"]),
+            &scratch.path("envoy.log"),
+        );
+        let envoy = Envoy { port, admin_port, _proc: proc };
+        let ready = format!("http://127.0.0.1:{admin_port}/ready");
+        assert!(
+            wait_until(Duration::from_secs(20), || get(&ready, &[]).status == 200),
+            "envoy did not become ready"
+        );
+        envoy
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// POSTs a completion through Envoy.
+    pub fn complete(&self, prompt: &str, headers: &[(&str, &str)]) -> Reply {
+        post(&self.url("/v1/completions"), &completion(prompt), headers)
+    }
+
+    /// Waits until the filter has a snapshot (requests stop failing closed).
+    pub fn wait_for_snapshot(&self) {
+        assert!(
+            wait_until(Duration::from_secs(10), || self.complete("warm-up", &[]).status == 200),
+            "no request succeeded through Envoy"
+        );
+    }
+
+    /// A counter or gauge from the admin stats.
+    pub fn stat(&self, name: &str) -> u64 {
+        let text = get(&format!("http://127.0.0.1:{}/stats?filter={name}", self.admin_port), &[]).body;
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
