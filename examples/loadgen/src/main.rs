@@ -1,0 +1,89 @@
+//! `wasm-epp-loadgen`: a bounded load generator for OpenAI-compatible LLM
+//! endpoints. See the README for flags and output.
+
+mod cli;
+mod client;
+mod openai;
+mod prompts;
+mod report;
+mod run;
+mod stats;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+
+use crate::cli::Cli;
+use crate::client::Target;
+use crate::prompts::Workload;
+use crate::report::{Report, Setup};
+use crate::run::Load;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => match runtime.block_on(load(cli)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("wasm-epp-loadgen: {message}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            eprintln!("wasm-epp-loadgen: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the load, prints the report and writes the JSON file.
+async fn load(cli: Cli) -> Result<(), String> {
+    let models = if cli.lora.is_empty() {
+        vec![cli.model.clone()]
+    } else {
+        cli.lora.clone()
+    };
+    let workload = Workload::new(
+        cli.seed,
+        cli.prompt_bytes as usize,
+        cli.shared_prefix_groups as usize,
+        cli.prefix_bytes as usize,
+        models,
+    );
+    let target = Target::new(
+        cli.url.clone(),
+        cli.stream,
+        cli.max_tokens,
+        cli.instance_header.clone(),
+        cli.timeout(),
+        cli.concurrency as usize,
+    );
+    let setup = Setup {
+        label: cli.label.clone(),
+        url: cli.url.to_string(),
+        api: target.api().name(),
+        stream: cli.stream,
+        concurrency: cli.concurrency,
+        rate: cli.rate,
+    };
+    let load = Load {
+        requests: cli.requests,
+        concurrency: cli.concurrency,
+        rate: cli.rate,
+    };
+    let result = run::run(Arc::new(target), Arc::new(workload), load).await;
+    if let Some(error) = report::unreachable(&result.outcomes) {
+        return Err(format!("cannot reach {}: {error}", cli.url));
+    }
+    let report = Report::new(setup, &result);
+    print!("{report}");
+    if let Some(path) = &cli.json {
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| format!("cannot encode the JSON report: {e}"))?;
+        tokio::fs::write(path, json + "\n")
+            .await
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
