@@ -40,30 +40,48 @@ fn fleet(name: &str, names: &[&str], concurrency: u32) -> Fleet {
             fail_open: false,
         },
     );
-    Fleet { sims, controller, envoy, _scratch: scratch }
+    Fleet {
+        sims,
+        controller,
+        envoy,
+        _scratch: scratch,
+    }
+}
+
+/// A prompt no other request has used, so prefix affinity plays no part.
+fn unique(tag: &str) -> String {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    format!(
+        "{tag} {}",
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    )
 }
 
 /// The instance that serves `n` requests in a row, if it is always the same one.
 fn sticky_instance(envoy: &Envoy, n: usize) -> Option<String> {
-    let first = envoy.complete("which", &[]).instance().to_string();
+    let first = envoy.complete(&unique("which"), &[]).instance().to_string();
     (0..n)
-        .all(|_| envoy.complete("which", &[]).instance() == first)
+        .all(|_| envoy.complete(&unique("which"), &[]).instance() == first)
         .then_some(first)
 }
 
 fn picks_follow_load(concurrency: u32) {
     let f = fleet("load", &["busy", "medium", "idle"], concurrency);
-    let [busy, medium, idle] = &f.sims[..] else { unreachable!() };
+    let [busy, medium, idle] = &f.sims[..] else {
+        unreachable!()
+    };
     busy.report_load(8, 0.8);
     medium.report_load(4, 0.4);
     idle.report_load(0, 0.0);
     f.envoy.wait_for_snapshot();
     assert!(
-        wait_until(Duration::from_secs(5), || sticky_instance(&f.envoy, 5).as_deref() == Some("idle")),
+        wait_until(Duration::from_secs(5), || sticky_instance(&f.envoy, 5)
+            .as_deref()
+            == Some("idle")),
         "requests did not settle on the idle server"
     );
     for _ in 0..20 {
-        let reply = f.envoy.complete("steady", &[]);
+        let reply = f.envoy.complete(&unique("steady"), &[]);
         assert_eq!((reply.status, reply.instance()), (200, "idle"), "{reply:?}");
     }
 
@@ -71,18 +89,34 @@ fn picks_follow_load(concurrency: u32) {
     idle.report_load(10, 0.9);
     busy.report_load(0, 0.0);
     let changed = Instant::now();
-    assert!(
-        wait_until(Duration::from_secs(5), || f.envoy.complete("moved", &[]).instance() == "busy"),
-        "requests never followed the load change"
-    );
+    // Unique prompts: a repeated one would rightly stick to whoever served it first.
+    let mut last = None;
+    let moved = wait_until(Duration::from_secs(5), || {
+        let reply = f.envoy.complete(&unique("moved"), &[]);
+        let done = reply.instance() == "busy";
+        last = Some(reply);
+        done
+    });
     let followed = changed.elapsed();
+    assert!(
+        moved,
+        "requests never followed the load change; last reply {last:?}; controller sees {}",
+        get(
+            &format!(
+                "http://127.0.0.1:{}/debug/endpoints",
+                f.controller.admin_port
+            ),
+            &[]
+        )
+        .body
+    );
     eprintln!("concurrency {concurrency}: load change followed after {followed:?}");
     assert!(
         followed <= Duration::from_millis(3 * INTERVAL_MS + 200),
         "load change took {followed:?} to reach the picks"
     );
     for _ in 0..10 {
-        assert_eq!(f.envoy.complete("after", &[]).instance(), "busy");
+        assert_eq!(f.envoy.complete(&unique("after"), &[]).instance(), "busy");
     }
 }
 
@@ -107,14 +141,34 @@ fn client_destination_header_is_never_honoured() {
     let with_member_first = format!("{},{}", member.addr(), outside);
     let with_outsider_first = format!("{outside},{}", member.addr());
     for value in [outside.as_str(), &with_outsider_first, &with_member_first] {
-        let reply = f.envoy.complete("spoof", &[("x-gateway-destination-endpoint", value)]);
-        assert_eq!((reply.status, reply.instance()), (200, "member"), "{reply:?}");
-        assert_eq!(reply.header("x-sim-received-destination"), Some(member.addr().as_str()));
-        let reply = get(&f.envoy.url("/v1/models"), &[("x-gateway-destination-endpoint", value)]);
-        assert_eq!((reply.status, reply.instance()), (200, "member"), "{reply:?}");
+        let reply = f
+            .envoy
+            .complete("spoof", &[("x-gateway-destination-endpoint", value)]);
+        assert_eq!(
+            (reply.status, reply.instance()),
+            (200, "member"),
+            "{reply:?}"
+        );
+        assert_eq!(
+            reply.header("x-sim-received-destination"),
+            Some(member.addr().as_str())
+        );
+        let reply = get(
+            &f.envoy.url("/v1/models"),
+            &[("x-gateway-destination-endpoint", value)],
+        );
+        assert_eq!(
+            (reply.status, reply.instance()),
+            (200, "member"),
+            "{reply:?}"
+        );
     }
     // Requests the filter rejects are not forwarded anywhere either.
-    let reply = post(&f.envoy.url("/v1/completions"), "{", &[("x-gateway-destination-endpoint", &outside)]);
+    let reply = post(
+        &f.envoy.url("/v1/completions"),
+        "{",
+        &[("x-gateway-destination-endpoint", &outside)],
+    );
     assert_eq!(reply.status, 400);
     assert_eq!(outsider.requests_served(), 0);
 }
@@ -140,16 +194,34 @@ fn bad_bodies_get_400_and_reach_no_server() {
     f.envoy.wait_for_snapshot();
     let before = f.sims[0].requests_served();
     let cases = [
-        ("/v1/completions", "{not json", "error unmarshaling request body: "),
-        ("/v1/completions", r#"{"prompt":"x"}"#, "model not found in request body"),
-        ("/v1/completions", r#"{"model":"m"}"#, "invalid completions request: must have prompt field"),
-        ("/v1/chat/completions", r#"{"model":"m","messages":[]}"#, "invalid chat completions request"),
+        (
+            "/v1/completions",
+            "{not json",
+            "error unmarshaling request body: ",
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt":"x"}"#,
+            "model not found in request body",
+        ),
+        (
+            "/v1/completions",
+            r#"{"model":"m"}"#,
+            "invalid completions request: must have prompt field",
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"model":"m","messages":[]}"#,
+            "invalid chat completions request",
+        ),
     ];
     for (path, body, message) in cases {
         let reply = post(&f.envoy.url(path), body, &[]);
         assert_eq!(reply.status, 400, "{body}: {reply:?}");
         assert!(
-            reply.body.starts_with(&format!("inference error: BadRequest - {message}")),
+            reply
+                .body
+                .starts_with(&format!("inference error: BadRequest - {message}")),
             "{body}: {}",
             reply.body
         );
@@ -167,7 +239,10 @@ fn empty_pool_gets_503_with_drop_reason() {
         reply.header("x-llm-d-request-dropped-reason").is_some()
     }));
     assert_eq!(reply.status, 503);
-    assert_eq!(reply.header("x-llm-d-request-dropped-reason"), Some("rejected-no-endpoints"));
+    assert_eq!(
+        reply.header("x-llm-d-request-dropped-reason"),
+        Some("rejected-no-endpoints")
+    );
     assert_eq!(
         reply.body,
         "inference error: ServiceUnavailable - failed to find endpoint candidates for serving the request"
@@ -181,20 +256,40 @@ fn without_a_snapshot_the_filter_fails_closed_unless_configured_open() {
     let no_controller = free_port();
     let closed = Envoy::start(
         &scratch,
-        EnvoyOptions { concurrency: 1, controller_port: no_controller, fallback_port: fallback.port, fail_open: false },
+        EnvoyOptions {
+            concurrency: 1,
+            controller_port: no_controller,
+            fallback_port: fallback.port,
+            fail_open: false,
+        },
     );
     let reply = closed.complete("x", &[]);
     assert_eq!(reply.status, 503, "{reply:?}");
-    assert!(reply.body.starts_with("inference error: ServiceUnavailable - no endpoint snapshot"), "{}", reply.body);
+    assert!(
+        reply
+            .body
+            .starts_with("inference error: ServiceUnavailable - no endpoint snapshot"),
+        "{}",
+        reply.body
+    );
     assert_eq!(fallback.requests_served(), 0);
     drop(closed);
 
     let open = Envoy::start(
         &scratch,
-        EnvoyOptions { concurrency: 1, controller_port: no_controller, fallback_port: fallback.port, fail_open: true },
+        EnvoyOptions {
+            concurrency: 1,
+            controller_port: no_controller,
+            fallback_port: fallback.port,
+            fail_open: true,
+        },
     );
     let reply = open.complete("x", &[("x-gateway-destination-endpoint", "127.0.0.1:1")]);
-    assert_eq!((reply.status, reply.instance()), (200, "fallback"), "{reply:?}");
+    assert_eq!(
+        (reply.status, reply.instance()),
+        (200, "fallback"),
+        "{reply:?}"
+    );
     assert_eq!(reply.header("x-sim-received-destination"), None);
 }
 
@@ -209,7 +304,88 @@ fn streaming_responses_pass_through() {
     });
     let reply = post(&f.envoy.url("/v1/chat/completions"), &body.to_string(), &[]);
     assert_eq!((reply.status, reply.instance()), (200, "s"), "{reply:?}");
-    assert!(reply.header("content-type").unwrap_or("").contains("text/event-stream"));
-    assert!(reply.body.contains("\"completion_tokens\":4"), "{}", reply.body);
-    assert!(reply.body.trim_end().ends_with("data: [DONE]"), "{}", reply.body);
+    assert!(reply
+        .header("content-type")
+        .unwrap_or("")
+        .contains("text/event-stream"));
+    assert!(
+        reply.body.contains("\"completion_tokens\":4"),
+        "{}",
+        reply.body
+    );
+    assert!(
+        reply.body.trim_end().ends_with("data: [DONE]"),
+        "{}",
+        reply.body
+    );
+}
+
+#[test]
+fn in_flight_counts_are_shared_by_workers_and_released() {
+    let scratch = Scratch::new("in-flight");
+    let slow = ["--itl-ms", "40"];
+    let sims = [
+        Sim::start(&scratch, "a", &slow),
+        Sim::start(&scratch, "b", &slow),
+    ];
+    let file = endpoints_file(&scratch, &sims.iter().collect::<Vec<_>>());
+    let config = scratch.path("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
+             - type: active-request-scorer\n\
+             - type: file-discovery\n  parameters: {{path: {}}}\n\
+             schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: active-request-scorer\n\
+             dataLayer:\n  discovery: {{pluginRef: file-discovery}}\n",
+            file.display()
+        ),
+    )
+    .expect("write config");
+    let controller = Controller::start(
+        &scratch,
+        "100ms",
+        &["--config-file", config.to_str().unwrap_or_default()],
+    );
+    let envoy = Envoy::start(
+        &scratch,
+        EnvoyOptions {
+            concurrency: 2,
+            controller_port: controller.port,
+            fallback_port: free_port(),
+            fail_open: false,
+        },
+    );
+    envoy.wait_for_snapshot();
+    let url = envoy.url("/v1/completions");
+    // Three long requests, staggered so each pick sees the earlier ones in flight, each on its
+    // own connection (so on either worker).
+    let long = serde_json::json!({"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "long", "max_tokens": 25})
+        .to_string();
+    let handles: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::sleep(Duration::from_millis(if i == 0 { 0 } else { 250 }));
+            let (url, body) = (url.clone(), long.clone());
+            std::thread::spawn(move || post(&url, &body, &[]))
+        })
+        .collect();
+    let served: Vec<String> = handles
+        .into_iter()
+        .map(|h| h.join().expect("request thread").instance().to_string())
+        .collect();
+    assert_ne!(
+        served[0], served[1],
+        "the second request ignored the first in flight: {served:?}"
+    );
+    // Finished requests are released: with no load left, picks tie and spread over both
+    // servers (a leaked count would send every request to the server that had fewer).
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        seen.insert(envoy.complete(&unique("short"), &[]).instance().to_string());
+    }
+    assert_eq!(
+        seen.len(),
+        2,
+        "after release, requests went only to {seen:?}"
+    );
 }

@@ -1,1 +1,110 @@
-fn main() {}
+//! `wasm-epp-controller`: wires the library's parts together; see the crate README.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use tokio::net::TcpListener;
+use wasm_epp_controller::cli::{Cli, Settings, StartupError};
+use wasm_epp_controller::store::Store;
+use wasm_epp_controller::{admin, config, log, scrape, serve};
+
+/// Exit status for bad flags, config or endpoints files.
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let settings = match Cli::try_parse() {
+        Ok(cli) => Settings::resolve(cli),
+        // --help and --version print to stdout and exit 0.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => Err(StartupError::from_clap(&e)),
+    };
+    let settings = match settings {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("wasm-epp-controller: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("wasm-epp-controller: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wasm-epp-controller: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(settings: Settings) -> Result<(), String> {
+    let snapshot_listener = bind(settings.listen).await?;
+    let admin_listener = bind(settings.metrics_listen).await?;
+    for warning in &settings.warnings {
+        log!("config: {warning}");
+    }
+    log!(
+        "wasm-epp-controller listening: snapshot API on {}, admin on {}; discovery: {}, {} endpoints; {}; scraping every {:?} (timeout {:?})",
+        local_addr(&snapshot_listener),
+        local_addr(&admin_listener),
+        settings.source.describe(),
+        settings.endpoints.len(),
+        config::profile_summary(&settings.profile),
+        settings.scrape.interval,
+        settings.scrape.timeout,
+    );
+
+    let store = Arc::new(Store::new(settings.profile, settings.endpoints));
+    let tasks = [
+        tokio::spawn(settings.source.watch(store.clone())),
+        tokio::spawn(scrape::run(store.clone(), settings.scrape)),
+        tokio::spawn(serve::run(
+            snapshot_listener,
+            store.clone(),
+            settings.long_poll_max,
+        )),
+        tokio::spawn(admin::run(admin_listener, store)),
+    ];
+    let signal = shutdown_signal().await;
+    log!("received {signal}, shutting down");
+    for task in tasks {
+        task.abort();
+    }
+    Ok(())
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))
+}
+
+fn local_addr(listener: &TcpListener) -> String {
+    listener
+        .local_addr()
+        .map_or_else(|e| format!("(unknown: {e})"), |addr| addr.to_string())
+}
+
+/// Resolves on SIGINT or SIGTERM with the signal's name.
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut terminate) => tokio::select! {
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        },
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
+}

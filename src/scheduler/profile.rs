@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// One scheduling profile: filters in order, then the weighted sum of scorers, then one picker.
+/// One scheduling profile: the weighted sum of scorers, then one picker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {

@@ -63,7 +63,21 @@ impl Scratch {
 }
 
 impl Drop for Scratch {
+    /// Removes the directory; when the test is failing, prints the tail of each log first.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            for entry in fs::read_dir(&self.0).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "log") {
+                    let text = fs::read_to_string(&path).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                    eprintln!("--- {}", path.display());
+                    for line in tail.iter().rev() {
+                        eprintln!("{line}");
+                    }
+                }
+            }
+        }
         let _ = fs::remove_dir_all(&self.0);
     }
 }
@@ -176,7 +190,12 @@ pub fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
 
 /// PUTs a JSON body.
 pub fn put(url: &str, body: &str) -> Reply {
-    reply(agent().put(url).header("content-type", "application/json").send(body))
+    reply(
+        agent()
+            .put(url)
+            .header("content-type", "application/json")
+            .send(body),
+    )
 }
 
 /// A completion request body.
@@ -201,9 +220,15 @@ impl Sim {
                 .args(extra),
             &scratch.path(&format!("{name}.log")),
         );
-        let sim = Sim { name: name.to_string(), port, _proc: proc };
+        let sim = Sim {
+            name: name.to_string(),
+            port,
+            _proc: proc,
+        };
         assert!(
-            wait_until(Duration::from_secs(10), || get(&sim.url("/health"), &[]).status == 200),
+            wait_until(Duration::from_secs(10), || get(&sim.url("/health"), &[])
+                .status
+                == 200),
             "simulator {name} did not become healthy"
         );
         sim
@@ -220,7 +245,10 @@ impl Sim {
     /// Pins the load this simulator reports on /metrics.
     pub fn report_load(&self, waiting: u64, kv_cache_usage: f64) {
         let body = serde_json::json!({"waiting": waiting, "kv_cache_usage": kv_cache_usage});
-        assert_eq!(put(&self.url("/sim/metrics-override"), &body.to_string()).status, 200);
+        assert_eq!(
+            put(&self.url("/sim/metrics-override"), &body.to_string()).status,
+            200
+        );
     }
 
     /// Requests this simulator has served.
@@ -268,7 +296,11 @@ impl Controller {
                 .args(args),
             &scratch.path("controller.log"),
         );
-        let controller = Controller { port, admin_port, proc };
+        let controller = Controller {
+            port,
+            admin_port,
+            proc,
+        };
         let ready = format!("http://127.0.0.1:{admin_port}/readyz");
         assert!(
             wait_until(Duration::from_secs(10), || get(&ready, &[]).status == 200),
@@ -301,14 +333,26 @@ impl Envoy {
         let replacements = [
             ("port_value: 10000", format!("port_value: {port}")),
             ("port_value: 9901", format!("port_value: {admin_port}")),
-            ("port_value: 9002", format!("port_value: {}", options.controller_port)),
-            ("port_value: 8000", format!("port_value: {}", options.fallback_port)),
-            ("target/wasm32-wasip1/wasm/wasm_epp.wasm", wasm.display().to_string()),
+            (
+                "port_value: 9002",
+                format!("port_value: {}", options.controller_port),
+            ),
+            (
+                "port_value: 8000",
+                format!("port_value: {}", options.fallback_port),
+            ),
+            (
+                "target/wasm32-wasip1/wasm/wasm_epp.wasm",
+                wasm.display().to_string(),
+            ),
             (r#"{"failOpen": false}"#, fail_open),
         ];
         let mut config = fs::read_to_string(repo().join("envoy/envoy.yaml")).expect("envoy.yaml");
         for (from, to) in &replacements {
-            assert!(config.contains(from), "envoy/envoy.yaml no longer contains {from:?}");
+            assert!(
+                config.contains(from),
+                "envoy/envoy.yaml no longer contains {from:?}"
+            );
             config = config.replace(from, to);
         }
         let config_path = scratch.path("envoy.yaml");
@@ -321,7 +365,11 @@ impl Envoy {
                 .args(["--disable-hot-restart", "-l", "warning"]),
             &scratch.path("envoy.log"),
         );
-        let envoy = Envoy { port, admin_port, _proc: proc };
+        let envoy = Envoy {
+            port,
+            admin_port,
+            _proc: proc,
+        };
         let ready = format!("http://127.0.0.1:{admin_port}/ready");
         assert!(
             wait_until(Duration::from_secs(20), || get(&ready, &[]).status == 200),
@@ -342,14 +390,21 @@ impl Envoy {
     /// Waits until the filter has a snapshot (requests stop failing closed).
     pub fn wait_for_snapshot(&self) {
         assert!(
-            wait_until(Duration::from_secs(10), || self.complete("warm-up", &[]).status == 200),
+            wait_until(Duration::from_secs(10), || self
+                .complete("warm-up", &[])
+                .status
+                == 200),
             "no request succeeded through Envoy"
         );
     }
 
     /// A counter or gauge from the admin stats.
     pub fn stat(&self, name: &str) -> u64 {
-        let text = get(&format!("http://127.0.0.1:{}/stats?filter={name}", self.admin_port), &[]).body;
+        let text = get(
+            &format!("http://127.0.0.1:{}/stats?filter={name}", self.admin_port),
+            &[],
+        )
+        .body;
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
             .unwrap_or(0)

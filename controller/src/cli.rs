@@ -1,0 +1,383 @@
+//! Command-line flags, and their resolution (with the config and endpoints files) into the
+//! [`Settings`] the controller runs with.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use hyper::http::uri::PathAndQuery;
+use wasm_epp::scheduler::profile::Profile;
+use wasm_epp::snapshot::Endpoint;
+
+use crate::config::{self, PickerConfig};
+use crate::discovery::file::FileSource;
+use crate::discovery::Source;
+use crate::scrape::ScrapeSettings;
+
+/// The scrape timeout is capped at this many refresh intervals.
+pub const TIMEOUT_INTERVALS: u32 = 20;
+
+/// wasm-epp controller: discovers model servers, scrapes their metrics and serves versioned
+/// snapshots to the wasm-epp filter in Envoy.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "wasm-epp-controller", version)]
+pub struct Cli {
+    /// EndpointPickerConfig YAML (plugins, scheduling profile, data layer). Without it the
+    /// upstream default profile is used.
+    #[arg(long, value_name = "PATH")]
+    pub config_file: Option<PathBuf>,
+
+    /// Endpoints file for file discovery, re-read when it changes. Shortcut for a config with
+    /// `dataLayer.discovery` naming a `file-discovery` plugin (the two cannot be combined).
+    #[arg(long, value_name = "PATH")]
+    pub endpoints_file: Option<PathBuf>,
+
+    /// Address of the snapshot API.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9002")]
+    pub listen: SocketAddr,
+
+    /// Address of the health, metrics and debug endpoints.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9090")]
+    pub metrics_listen: SocketAddr,
+
+    /// How often every endpoint is scraped (e.g. 50ms, 1s, 2m).
+    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = parse_duration)]
+    pub refresh_metrics_interval: Duration,
+
+    /// Limit for one scrape; capped at 20 refresh intervals.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub scrape_timeout: Duration,
+
+    /// Path of the model servers' Prometheus metrics.
+    #[arg(long, value_name = "PATH", default_value = "/metrics")]
+    pub metrics_path: String,
+
+    /// Longest a snapshot long-poll is held.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub long_poll_max: Duration,
+}
+
+/// Everything the controller runs with, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The compiled scheduling profile.
+    pub profile: Profile,
+    /// Where endpoints come from.
+    pub source: Source,
+    /// The endpoints the source listed at startup.
+    pub endpoints: Vec<Endpoint>,
+    /// Snapshot API address.
+    pub listen: SocketAddr,
+    /// Admin address.
+    pub metrics_listen: SocketAddr,
+    /// How endpoints are scraped.
+    pub scrape: ScrapeSettings,
+    /// Longest long-poll.
+    pub long_poll_max: Duration,
+    /// Config warnings to log at startup.
+    pub warnings: Vec<String>,
+}
+
+/// A startup error: a bad flag, config or endpoints file. Shown as one line,
+/// `<file>: <message>` or just `<message>` for flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartupError {
+    /// The file the message is about, if any.
+    pub file: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl StartupError {
+    fn flag(message: impl Into<String>) -> StartupError {
+        StartupError {
+            file: None,
+            message: message.into(),
+        }
+    }
+
+    fn in_file(file: impl Into<String>, message: impl Into<String>) -> StartupError {
+        StartupError {
+            file: Some(file.into()),
+            message: message.into(),
+        }
+    }
+
+    /// A clap parse error (not `--help`/`--version`), reduced to its first line.
+    pub fn from_clap(error: &clap::Error) -> StartupError {
+        let rendered = error.to_string();
+        let first = rendered.lines().next().unwrap_or("invalid arguments");
+        StartupError::flag(first.trim_start_matches("error: "))
+    }
+}
+
+impl fmt::Display for StartupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Always one line, whatever the underlying error contains.
+        let message = self.message.replace('\n', " ");
+        match &self.file {
+            Some(file) => write!(f, "{file}: {message}"),
+            None => write!(f, "{message}"),
+        }
+    }
+}
+
+impl std::error::Error for StartupError {}
+
+impl Settings {
+    /// Checks the flags, compiles the config and loads the initial endpoint list.
+    pub fn resolve(cli: Cli) -> Result<Settings, StartupError> {
+        if cli.refresh_metrics_interval < Duration::from_millis(1) {
+            return Err(StartupError::flag(
+                "--refresh-metrics-interval: must be at least 1ms",
+            ));
+        }
+        if cli.scrape_timeout.is_zero() {
+            return Err(StartupError::flag("--scrape-timeout: must be more than 0"));
+        }
+        if !cli.metrics_path.starts_with('/') || cli.metrics_path.parse::<PathAndQuery>().is_err() {
+            return Err(StartupError::flag(format!(
+                "--metrics-path: {:?} is not an absolute URL path",
+                cli.metrics_path
+            )));
+        }
+        let config = match &cli.config_file {
+            Some(path) => config::load(path)
+                .map_err(|e| StartupError::in_file(path.display().to_string(), e))?,
+            None => PickerConfig::default(),
+        };
+        let source = match (cli.endpoints_file, config.discovery) {
+            (Some(_), Some(_)) => {
+                return Err(StartupError::in_file(
+                    cli.config_file
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    "dataLayer.discovery: cannot be combined with --endpoints-file; use one of them",
+                ))
+            }
+            (Some(path), None) => Source::File(FileSource { path, watch: true }),
+            (None, Some(source)) => source,
+            (None, None) => {
+                return Err(StartupError::flag(
+                    "no endpoint discovery configured: pass --endpoints-file PATH, or a --config-file whose dataLayer.discovery names a file-discovery plugin",
+                ))
+            }
+        };
+        let endpoints = source
+            .load()
+            .map_err(|e| StartupError::in_file(source.origin(), e))?;
+        let cap = cli.refresh_metrics_interval * TIMEOUT_INTERVALS;
+        Ok(Settings {
+            profile: config.profile,
+            source,
+            endpoints,
+            listen: cli.listen,
+            metrics_listen: cli.metrics_listen,
+            scrape: ScrapeSettings {
+                interval: cli.refresh_metrics_interval,
+                timeout: cli.scrape_timeout.min(cap),
+                path: cli.metrics_path,
+            },
+            long_poll_max: cli.long_poll_max,
+            warnings: config.warnings,
+        })
+    }
+}
+
+/// Parses a duration such as `50ms`, `1s`, `1.5s`, `2m`, `1h` or `1m30s`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let invalid = || format!("invalid duration {text:?} (examples: 50ms, 1s, 2m)");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(invalid)?;
+        let (number, after) = rest.split_at(number_end);
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_end);
+        let unit_nanos: u128 = match unit {
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return Err(invalid()),
+        };
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if whole.is_empty() && fraction.is_empty() {
+            return Err(invalid());
+        }
+        let digits = |part: &str| -> Result<u128, String> {
+            if part.is_empty() {
+                Ok(0)
+            } else {
+                part.parse::<u128>().map_err(|_| invalid())
+            }
+        };
+        // Exact integer arithmetic: `0.05s` is 50ms, not a float's approximation of it.
+        let fraction = &fraction[..fraction.len().min(18)];
+        let whole_nanos = digits(whole)?.checked_mul(unit_nanos).ok_or_else(invalid)?;
+        let fraction_nanos = digits(fraction)? * unit_nanos / 10u128.pow(fraction.len() as u32);
+        let nanos = whole_nanos
+            .checked_add(fraction_nanos)
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(invalid)?;
+        total = total
+            .checked_add(Duration::from_nanos(nanos))
+            .ok_or_else(invalid)?;
+        rest = after;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(parse_duration("50ms"), Ok(Duration::from_millis(50)));
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("0.05s"), Ok(Duration::from_millis(50)));
+        assert_eq!(parse_duration(".5m"), Ok(Duration::from_secs(30)));
+        for bad in [
+            "",
+            "50",
+            "ms",
+            "5 s",
+            "1d",
+            "-1s",
+            "1..2s",
+            "1s5",
+            ".s",
+            "99999999999h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("wasm-epp-controller").chain(args.iter().copied()))
+            .unwrap()
+    }
+
+    fn temp_file(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("wasm-epp-cli-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn defaults_and_the_timeout_cap() {
+        let endpoints = temp_file("defaults.yaml", "endpoints: []\n");
+        let settings =
+            Settings::resolve(cli(&["--endpoints-file", endpoints.to_str().unwrap()])).unwrap();
+        assert_eq!(settings.listen.to_string(), "127.0.0.1:9002");
+        assert_eq!(settings.metrics_listen.to_string(), "127.0.0.1:9090");
+        assert_eq!(settings.scrape.interval, Duration::from_millis(50));
+        assert_eq!(settings.scrape.timeout, Duration::from_secs(1));
+        assert_eq!(settings.scrape.path, "/metrics");
+        assert_eq!(settings.long_poll_max, Duration::from_secs(30));
+        assert_eq!(settings.profile, Profile::default());
+        assert_eq!(
+            settings.source,
+            Source::File(FileSource {
+                path: endpoints.clone(),
+                watch: true
+            })
+        );
+
+        let settings = Settings::resolve(cli(&[
+            "--endpoints-file",
+            endpoints.to_str().unwrap(),
+            "--refresh-metrics-interval",
+            "10ms",
+            "--scrape-timeout",
+            "5s",
+        ]))
+        .unwrap();
+        assert_eq!(settings.scrape.timeout, Duration::from_millis(200));
+    }
+
+    #[test]
+    fn discovery_must_come_from_exactly_one_place() {
+        let err = Settings::resolve(cli(&[])).unwrap_err();
+        assert_eq!(err.file, None);
+        assert!(err.message.contains("--endpoints-file"), "{err}");
+
+        let endpoints = temp_file("both.yaml", "endpoints: []\n");
+        let config = temp_file(
+            "both-config.yaml",
+            &format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: file-discovery\n  parameters: {{path: {}}}\ndataLayer:\n  discovery: {{pluginRef: file-discovery}}\n",
+                endpoints.display()
+            ),
+        );
+        let err = Settings::resolve(cli(&[
+            "--config-file",
+            config.to_str().unwrap(),
+            "--endpoints-file",
+            endpoints.to_str().unwrap(),
+        ]))
+        .unwrap_err();
+        assert_eq!(err.file.as_deref(), config.to_str());
+        assert!(err.message.starts_with("dataLayer.discovery:"), "{err}");
+
+        let settings =
+            Settings::resolve(cli(&["--config-file", config.to_str().unwrap()])).unwrap();
+        assert_eq!(
+            settings.source,
+            Source::File(FileSource {
+                path: endpoints,
+                watch: false
+            })
+        );
+    }
+
+    #[test]
+    fn file_errors_name_the_file() {
+        let endpoints = temp_file(
+            "bad-endpoints.yaml",
+            "endpoints:\n- {name: a, address: x, port: 1}\n",
+        );
+        let err =
+            Settings::resolve(cli(&["--endpoints-file", endpoints.to_str().unwrap()])).unwrap_err();
+        assert_eq!(err.file.as_deref(), endpoints.to_str());
+        assert!(err.message.starts_with("endpoints[0].address:"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!("{}: {}", endpoints.display(), err.message)
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_rejected() {
+        let endpoints = temp_file("flags.yaml", "endpoints: []\n");
+        let path = endpoints.to_str().unwrap();
+        for args in [
+            vec!["--endpoints-file", path, "--metrics-path", "metrics"],
+            vec!["--endpoints-file", path, "--refresh-metrics-interval", "0s"],
+            vec!["--endpoints-file", path, "--scrape-timeout", "0ms"],
+        ] {
+            let err = Settings::resolve(cli(&args)).unwrap_err();
+            assert_eq!(err.file, None, "{args:?}");
+            assert!(err.message.starts_with("--"), "{args:?}: {err}");
+        }
+        let err = Cli::try_parse_from(["wasm-epp-controller", "--listen", "nowhere"]).unwrap_err();
+        let line = StartupError::from_clap(&err).to_string();
+        assert!(line.contains("--listen") && !line.contains('\n'), "{line}");
+    }
+}

@@ -1,0 +1,807 @@
+//! The upstream `EndpointPickerConfig` file, compiled into the scheduling [`Profile`] the
+//! snapshot carries and the discovery settings.
+//!
+//! Decoding is strict (unknown fields are rejected) and every error names the field it is
+//! about, e.g. `schedulingProfiles[0].plugins[1].pluginRef: no plugin named "foo"`.
+
+mod plugins;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_yaml::Value;
+use wasm_epp::scheduler::profile::{
+    PickerSpec, PrefixCacheParams, Profile, ScorerSpec, WeightedScorer,
+};
+
+use crate::discovery::Source;
+use plugins::{Plugin, Role};
+
+/// The current config `apiVersion`.
+pub const API_VERSION: &str = "llm-d.ai/v1alpha1";
+/// The deprecated `apiVersion`, still accepted.
+pub const DEPRECATED_API_VERSION: &str = "inference.networking.x-k8s.io/v1alpha1";
+/// The only accepted `kind`.
+pub const KIND: &str = "EndpointPickerConfig";
+
+/// Largest config file read.
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// A compiled config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PickerConfig {
+    /// The scheduling profile.
+    pub profile: Profile,
+    /// `dataLayer.discovery`, when set.
+    pub discovery: Option<Source>,
+    /// Things accepted but worth telling the user (ignored settings, deprecated names).
+    pub warnings: Vec<String>,
+}
+
+impl Default for PickerConfig {
+    /// No config file: the upstream default profile and no discovery.
+    fn default() -> Self {
+        PickerConfig {
+            profile: Profile::default(),
+            discovery: None,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// Reads and compiles a config file.
+pub fn load(path: &Path) -> Result<PickerConfig, String> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read: {e}"))?
+        .len();
+    if size > MAX_FILE_BYTES {
+        return Err(format!("file is larger than {MAX_FILE_BYTES} bytes"));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+    parse(&text)
+}
+
+/// Compiles config text (YAML or JSON).
+pub fn parse(text: &str) -> Result<PickerConfig, String> {
+    let raw: RawConfig = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    compile(raw)
+}
+
+/// A one-line summary for the startup log:
+/// `profile "default": queue-scorer×2, …; max-score-picker(1)`.
+pub fn profile_summary(profile: &Profile) -> String {
+    let scorers: Vec<String> = profile
+        .scorers
+        .iter()
+        .map(|s| format!("{}×{}", s.name, s.weight))
+        .collect();
+    let picker = match &profile.picker {
+        PickerSpec::MaxScore {
+            max_num_of_endpoints,
+        } => format!("max-score-picker({max_num_of_endpoints})"),
+        PickerSpec::Random {
+            max_num_of_endpoints,
+        } => format!("random-picker({max_num_of_endpoints})"),
+    };
+    format!(
+        "profile {:?}: {}; {picker}",
+        profile.name,
+        if scorers.is_empty() {
+            "no scorers".to_string()
+        } else {
+            scorers.join(", ")
+        }
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawConfig {
+    api_version: String,
+    kind: String,
+    #[serde(default)]
+    feature_gates: Vec<String>,
+    #[serde(default)]
+    plugins: Vec<RawPlugin>,
+    scheduling_profiles: Option<Vec<RawProfile>>,
+    data_layer: Option<RawDataLayer>,
+    request_handler: Option<RawRequestHandler>,
+    saturation_detector: Option<RawOptionalRef>,
+    parser: Option<RawRef>,
+    flow_control: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlugin {
+    name: Option<String>,
+    #[serde(rename = "type", default)]
+    plugin_type: String,
+    parameters: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    name: String,
+    #[serde(default)]
+    plugins: Vec<RawProfilePlugin>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawProfilePlugin {
+    plugin_ref: String,
+    weight: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawDataLayer {
+    inject_defaults: Option<bool>,
+    #[serde(default)]
+    sources: Vec<RawSource>,
+    discovery: Option<RawRef>,
+    peer_discovery: Option<Value>,
+    cross_replica_syncer_plugin_ref: Option<Value>,
+    cross_replica_sync_interval: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawSource {
+    plugin_ref: String,
+    #[serde(default)]
+    extractors: Vec<RawRef>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawRef {
+    plugin_ref: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawOptionalRef {
+    plugin_ref: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRequestHandler {
+    #[serde(default)]
+    parsers: Vec<RawRef>,
+}
+
+/// A configured plugin instance.
+struct Named {
+    /// Index in `plugins`, for error paths.
+    index: usize,
+    name: String,
+    plugin_type: String,
+    plugin: Plugin,
+}
+
+/// The configured plugins by name.
+struct Registry {
+    plugins: Vec<Named>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Registry {
+    /// Builds every plugin, checks names, and completes prefix scorers with the producer's
+    /// parameters.
+    fn build(raw: Vec<RawPlugin>, warnings: &mut Vec<String>) -> Result<Registry, String> {
+        let mut registry = Registry {
+            plugins: Vec::with_capacity(raw.len()),
+            by_name: HashMap::new(),
+        };
+        for (index, entry) in raw.into_iter().enumerate() {
+            let at = format!("plugins[{index}]");
+            let plugin =
+                plugins::build(&at, &entry.plugin_type, entry.parameters.as_ref(), warnings)?;
+            let name = entry
+                .name
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| entry.plugin_type.clone());
+            if registry.by_name.contains_key(&name) {
+                return Err(format!("{at}.name: duplicate plugin name {name:?}"));
+            }
+            registry.by_name.insert(name.clone(), index);
+            registry.plugins.push(Named {
+                index,
+                name,
+                plugin_type: entry.plugin_type,
+                plugin,
+            });
+        }
+        registry.apply_prefix_producer()?;
+        Ok(registry)
+    }
+
+    /// Merges the `approx-prefix-cache-producer` parameters (defaults when none is configured)
+    /// into every `prefix-cache-scorer`, checking `prefixMatchInfoProducerName`.
+    fn apply_prefix_producer(&mut self) -> Result<(), String> {
+        let mut producers = self.plugins.iter().filter_map(|named| match &named.plugin {
+            Plugin::PrefixProducer(params) => Some((named, params)),
+            _ => None,
+        });
+        let producer = producers.next();
+        if let Some((second, _)) = producers.next() {
+            return Err(format!(
+                "plugins[{}].type: only one approx-prefix-cache-producer is supported",
+                second.index
+            ));
+        }
+        let producer_name = producer.map(|(named, _)| named.name.clone());
+        let producer_params = producer
+            .map(|(_, params)| params.clone())
+            .unwrap_or_default();
+        for named in &mut self.plugins {
+            let Plugin::Scorer {
+                spec: ScorerSpec::PrefixCache(params),
+                producer,
+            } = &mut named.plugin
+            else {
+                continue;
+            };
+            if let Some(wanted) = producer {
+                if producer_name.as_deref() != Some(wanted.as_str()) {
+                    return Err(format!(
+                        "plugins[{}].parameters.prefixMatchInfoProducerName: no approx-prefix-cache-producer named {wanted:?}",
+                        named.index
+                    ));
+                }
+            }
+            *params = PrefixCacheParams {
+                auto_tune: producer_params.auto_tune,
+                block_size_tokens: producer_params.block_size_tokens,
+                max_prefix_tokens_to_match: producer_params.max_prefix_tokens_to_match,
+                lru_capacity_per_server: producer_params.lru_capacity_per_server,
+                ..params.clone()
+            };
+        }
+        Ok(())
+    }
+
+    /// The plugin named `name`; `at` is the referencing field.
+    fn resolve(&self, at: &str, name: &str) -> Result<&Named, String> {
+        self.by_name
+            .get(name)
+            .map(|&index| &self.plugins[index])
+            .ok_or_else(|| format!("{at}: no plugin named {name:?}"))
+    }
+
+    /// The plugin named `name`, which must be an inherent plugin with `role`.
+    fn resolve_role(&self, at: &str, name: &str, role: Role, expected: &str) -> Result<(), String> {
+        let named = self.resolve(at, name)?;
+        if named.plugin == Plugin::Inherent(role) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{at}: plugin {name:?} has type {:?}; expected {expected}",
+                named.plugin_type
+            ))
+        }
+    }
+}
+
+fn compile(raw: RawConfig) -> Result<PickerConfig, String> {
+    let mut warnings = Vec::new();
+    match raw.api_version.as_str() {
+        API_VERSION => {}
+        DEPRECATED_API_VERSION => warnings.push(format!(
+            "apiVersion: {DEPRECATED_API_VERSION:?} is deprecated; use {API_VERSION:?}"
+        )),
+        other => {
+            return Err(format!(
+                "apiVersion: unsupported {other:?} (expected {API_VERSION:?})"
+            ))
+        }
+    }
+    if raw.kind != KIND {
+        return Err(format!("kind: expected {KIND:?}, got {:?}", raw.kind));
+    }
+    check_feature_gates(&raw.feature_gates)?;
+    if raw.flow_control.is_some() {
+        return Err("flowControl: not supported by wasm-epp yet".to_string());
+    }
+    let registry = Registry::build(raw.plugins, &mut warnings)?;
+    let profile = match raw.scheduling_profiles.filter(|list| !list.is_empty()) {
+        None => default_profile(&registry)?,
+        Some(list) if list.len() > 1 => {
+            return Err(format!(
+                "schedulingProfiles: {} profiles configured; wasm-epp supports exactly one (multi-profile handlers are not supported yet)",
+                list.len()
+            ))
+        }
+        Some(list) => explicit_profile(&list[0], &registry)?,
+    };
+    if profile.scorers.is_empty() {
+        warnings.push(format!(
+            "profile {:?} has no scorers; endpoints are picked at random",
+            profile.name
+        ));
+    }
+    let discovery = match raw.data_layer {
+        Some(data_layer) => check_data_layer(data_layer, &registry)?,
+        None => None,
+    };
+    if let Some(handler) = &raw.request_handler {
+        for (i, parser) in handler.parsers.iter().enumerate() {
+            registry.resolve_role(
+                &format!("requestHandler.parsers[{i}].pluginRef"),
+                &parser.plugin_ref,
+                Role::Parser,
+                "a parser (openai-parser, passthrough-parser)",
+            )?;
+        }
+    }
+    if let Some(parser) = &raw.parser {
+        registry.resolve_role(
+            "parser.pluginRef",
+            &parser.plugin_ref,
+            Role::Parser,
+            "a parser (openai-parser, passthrough-parser)",
+        )?;
+        warnings.push("parser: deprecated; use requestHandler.parsers".to_string());
+    }
+    if let Some(detector) = &raw.saturation_detector {
+        if let Some(name) = &detector.plugin_ref {
+            registry.resolve_role(
+                "saturationDetector.pluginRef",
+                name,
+                Role::SaturationDetector,
+                "a saturation detector (utilization-detector)",
+            )?;
+        }
+        warnings.push(
+            "saturationDetector: ignored; wasm-epp does no admission control yet".to_string(),
+        );
+    }
+    Ok(PickerConfig {
+        profile,
+        discovery,
+        warnings,
+    })
+}
+
+/// Checks `featureGates` entries (`name`, `name=true`, `name=false`).
+fn check_feature_gates(gates: &[String]) -> Result<(), String> {
+    for (i, gate) in gates.iter().enumerate() {
+        let (name, enabled) = match gate.split_once('=') {
+            None => (gate.as_str(), true),
+            Some((name, "true")) => (name, true),
+            Some((name, "false")) => (name, false),
+            Some(_) => {
+                return Err(format!(
+                    "featureGates[{i}]: invalid entry {gate:?} (expected name, name=true or name=false)"
+                ))
+            }
+        };
+        match name {
+            "flowControl" if enabled => {
+                return Err(format!(
+                    "featureGates[{i}]: \"flowControl\" is not supported by wasm-epp yet"
+                ))
+            }
+            "flowControl" | "haPopulateNonLeaderDatastore" => {}
+            other => return Err(format!("featureGates[{i}]: unknown feature gate {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// No `schedulingProfiles`: one `default` profile with every scorer (weight 1) and the picker.
+fn default_profile(registry: &Registry) -> Result<Profile, String> {
+    let mut scorers = Vec::new();
+    let mut picker: Option<(&Named, PickerSpec)> = None;
+    for named in &registry.plugins {
+        match &named.plugin {
+            Plugin::Scorer { spec, .. } => scorers.push(WeightedScorer {
+                name: named.name.clone(),
+                weight: 1.0,
+                scorer: spec.clone(),
+            }),
+            Plugin::Picker(spec) => {
+                if let Some((first, _)) = &picker {
+                    return Err(format!(
+                        "plugins[{}]: a second picker (first: {:?}) and no schedulingProfiles to choose between them",
+                        named.index, first.name
+                    ));
+                }
+                picker = Some((named, spec.clone()));
+            }
+            _ => {}
+        }
+    }
+    Ok(Profile {
+        name: "default".to_string(),
+        scorers,
+        picker: picker.map_or_else(default_picker, |(_, spec)| spec),
+    })
+}
+
+fn explicit_profile(raw: &RawProfile, registry: &Registry) -> Result<Profile, String> {
+    if raw.name.is_empty() {
+        return Err("schedulingProfiles[0].name: must not be empty".to_string());
+    }
+    let mut scorers: Vec<WeightedScorer> = Vec::new();
+    let mut picker: Option<(&str, PickerSpec)> = None;
+    for (j, entry) in raw.plugins.iter().enumerate() {
+        let at = format!("schedulingProfiles[0].plugins[{j}]");
+        let named = registry.resolve(&format!("{at}.pluginRef"), &entry.plugin_ref)?;
+        match &named.plugin {
+            Plugin::Scorer { spec, .. } => {
+                if scorers.iter().any(|s| s.name == named.name) {
+                    return Err(format!(
+                        "{at}.pluginRef: plugin {:?} is already in this profile",
+                        named.name
+                    ));
+                }
+                let weight = entry.weight.unwrap_or(1.0);
+                if !weight.is_finite() || weight < 0.0 {
+                    return Err(format!(
+                        "{at}.weight: must be a finite number of at least 0"
+                    ));
+                }
+                scorers.push(WeightedScorer {
+                    name: named.name.clone(),
+                    weight,
+                    scorer: spec.clone(),
+                });
+            }
+            Plugin::Picker(spec) => {
+                if let Some((first, _)) = picker {
+                    return Err(format!(
+                        "{at}.pluginRef: the profile already has picker {first:?}; only one picker per profile"
+                    ));
+                }
+                picker = Some((&named.name, spec.clone()));
+            }
+            _ => {
+                return Err(format!(
+                    "{at}.pluginRef: plugin {:?} (type {:?}) is not a scorer or picker",
+                    named.name, named.plugin_type
+                ))
+            }
+        }
+    }
+    Ok(Profile {
+        name: raw.name.clone(),
+        scorers,
+        picker: picker.map_or_else(default_picker, |(_, spec)| spec),
+    })
+}
+
+/// The picker a profile without one gets (upstream injects the same).
+fn default_picker() -> PickerSpec {
+    PickerSpec::MaxScore {
+        max_num_of_endpoints: 1,
+    }
+}
+
+/// Checks the `dataLayer` references; returns the discovery source if one is set.
+fn check_data_layer(raw: RawDataLayer, registry: &Registry) -> Result<Option<Source>, String> {
+    // `injectDefaults` changes nothing: the vLLM metrics source is built in.
+    let _ = raw.inject_defaults;
+    for (field, value) in [
+        ("peerDiscovery", &raw.peer_discovery),
+        (
+            "crossReplicaSyncerPluginRef",
+            &raw.cross_replica_syncer_plugin_ref,
+        ),
+        ("crossReplicaSyncInterval", &raw.cross_replica_sync_interval),
+    ] {
+        if value.is_some() {
+            return Err(format!("dataLayer.{field}: not supported by wasm-epp yet"));
+        }
+    }
+    for (i, source) in raw.sources.iter().enumerate() {
+        registry.resolve_role(
+            &format!("dataLayer.sources[{i}].pluginRef"),
+            &source.plugin_ref,
+            Role::DataSource,
+            "a data source (metrics-data-source)",
+        )?;
+        for (j, extractor) in source.extractors.iter().enumerate() {
+            registry.resolve_role(
+                &format!("dataLayer.sources[{i}].extractors[{j}].pluginRef"),
+                &extractor.plugin_ref,
+                Role::Extractor,
+                "an extractor (core-metrics-extractor)",
+            )?;
+        }
+    }
+    let Some(discovery) = raw.discovery else {
+        return Ok(None);
+    };
+    let at = "dataLayer.discovery.pluginRef";
+    let named = registry.resolve(at, &discovery.plugin_ref)?;
+    match &named.plugin {
+        Plugin::Discovery(source) => Ok(Some(Source::File(source.clone()))),
+        _ => Err(format!(
+            "{at}: plugin {:?} has type {:?}; expected a discovery plugin (file-discovery)",
+            named.name, named.plugin_type
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discovery::file::FileSource;
+    use wasm_epp::scheduler::profile::ActiveRequestParams;
+
+    const HEADER: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n";
+
+    fn compile_yaml(body: &str) -> Result<PickerConfig, String> {
+        parse(&format!("{HEADER}{body}"))
+    }
+
+    fn weights(profile: &Profile) -> Vec<(&str, f64)> {
+        profile
+            .scorers
+            .iter()
+            .map(|s| (s.name.as_str(), s.weight))
+            .collect()
+    }
+
+    #[test]
+    fn no_config_means_the_upstream_default_profile() {
+        let config = PickerConfig::default();
+        assert_eq!(
+            weights(&config.profile),
+            [
+                ("queue-scorer", 2.0),
+                ("kv-cache-utilization-scorer", 2.0),
+                ("prefix-cache-scorer", 3.0)
+            ]
+        );
+        assert_eq!(config.discovery, None);
+    }
+
+    #[test]
+    fn the_upstream_default_config_compiles_to_the_default_profile() {
+        let config = compile_yaml(
+            "plugins:\n\
+             - type: queue-scorer\n\
+             - type: kv-cache-utilization-scorer\n\
+             - type: prefix-cache-scorer\n\
+             - type: metrics-data-source\n\
+             - type: core-metrics-extractor\n\
+             schedulingProfiles:\n\
+             - name: default\n  plugins:\n\
+             \x20 - pluginRef: queue-scorer\n    weight: 2\n\
+             \x20 - pluginRef: kv-cache-utilization-scorer\n    weight: 2\n\
+             \x20 - pluginRef: prefix-cache-scorer\n    weight: 3\n\
+             dataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors:\n    - pluginRef: core-metrics-extractor\n",
+        )
+        .unwrap();
+        assert_eq!(config.profile, Profile::default());
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn weights_default_to_one_and_a_missing_picker_is_max_score() {
+        let config = compile_yaml(
+            "plugins:\n- type: queue-scorer\n- name: kv\n  type: kv-cache-utilization-scorer\n\
+             schedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: kv\n  - pluginRef: queue-scorer\n    weight: 0.5\n",
+        )
+        .unwrap();
+        assert_eq!(config.profile.name, "p");
+        assert_eq!(
+            weights(&config.profile),
+            [("kv", 1.0), ("queue-scorer", 0.5)]
+        );
+        assert_eq!(
+            config.profile.scorers[0].scorer,
+            ScorerSpec::KvCacheUtilization
+        );
+        assert_eq!(config.profile.picker, default_picker());
+    }
+
+    #[test]
+    fn omitted_profiles_take_every_scorer_at_weight_one_and_the_picker() {
+        let config = compile_yaml(
+            "plugins:\n- type: queue-scorer\n- type: random-picker\n  parameters: {maxNumOfEndpoints: 2}\n- type: prefix-cache-scorer\n",
+        )
+        .unwrap();
+        assert_eq!(config.profile.name, "default");
+        assert_eq!(
+            weights(&config.profile),
+            [("queue-scorer", 1.0), ("prefix-cache-scorer", 1.0)]
+        );
+        assert_eq!(
+            config.profile.picker,
+            PickerSpec::Random {
+                max_num_of_endpoints: 2
+            }
+        );
+    }
+
+    #[test]
+    fn the_deprecated_api_version_is_accepted_with_a_warning() {
+        let config = parse(
+            "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n",
+        )
+        .unwrap();
+        assert_eq!(weights(&config.profile), [("queue-scorer", 1.0)]);
+        assert!(config.warnings[0].contains("deprecated"));
+    }
+
+    #[test]
+    fn approx_producer_parameters_merge_into_the_prefix_scorer() {
+        let config = compile_yaml(
+            "plugins:\n\
+             - name: producer\n  type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 16384, blockSizeTokens: 32, autoTune: false, lruCapacityPerServer: 1000}\n\
+             - type: prefix-cache-scorer\n  parameters: {matchLengthWeight: 0.25, prefixMatchInfoProducerName: producer}\n\
+             schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: prefix-cache-scorer\n    weight: 3\n",
+        )
+        .unwrap();
+        let ScorerSpec::PrefixCache(params) = &config.profile.scorers[0].scorer else {
+            panic!("not a prefix scorer: {:?}", config.profile.scorers[0]);
+        };
+        let expected = PrefixCacheParams {
+            match_length_weight: 0.25,
+            auto_tune: false,
+            block_size_tokens: 32,
+            max_prefix_tokens_to_match: 16384,
+            lru_capacity_per_server: 1000,
+            ..PrefixCacheParams::default()
+        };
+        assert_eq!(params, &expected);
+        assert_eq!(config.profile.scorers[0].weight, 3.0);
+    }
+
+    #[test]
+    fn active_request_scorer_parameters() {
+        let config = compile_yaml(
+            "plugins:\n- type: active-request-scorer\n  parameters: {idleThreshold: 2, maxBusyScore: 0.5}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.profile.scorers[0].scorer,
+            ScorerSpec::ActiveRequest(ActiveRequestParams {
+                idle_threshold: 2,
+                max_busy_score: 0.5
+            })
+        );
+        let err = compile_yaml(
+            "plugins:\n- type: active-request-scorer\n  parameters: {maxBusyScore: 2}\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("plugins[0].parameters.maxBusyScore"), "{err}");
+    }
+
+    #[test]
+    fn file_discovery_is_compiled() {
+        let config = compile_yaml(
+            "plugins:\n- name: files\n  type: file-discovery\n  parameters: {path: /etc/endpoints.yaml, watchFile: true}\n\
+             dataLayer:\n  discovery: {pluginRef: files}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.discovery,
+            Some(Source::File(FileSource {
+                path: "/etc/endpoints.yaml".into(),
+                watch: true
+            }))
+        );
+    }
+
+    #[test]
+    fn accepted_sections_compile() {
+        let config = compile_yaml(
+            "featureGates: [haPopulateNonLeaderDatastore=false, flowControl=false]\n\
+             plugins:\n- type: openai-parser\n- type: utilization-detector\n  parameters: {queueDepthThreshold: 10}\n- type: single-profile-handler\n- type: token-producer\n\
+             requestHandler:\n  parsers: [{pluginRef: openai-parser}]\n\
+             saturationDetector: {pluginRef: utilization-detector}\n\
+             dataLayer: {injectDefaults: false}\n",
+        )
+        .unwrap();
+        assert!(config.profile.scorers.is_empty());
+        assert!(config
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("plugins[1].parameters: ignored")));
+    }
+
+    #[test]
+    fn each_error_names_its_field() {
+        for (body, expected) in [
+            (
+                "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: foo\n",
+                "schedulingProfiles[0].plugins[1].pluginRef: no plugin named \"foo\"",
+            ),
+            (
+                "plugins:\n- type: queue-scorer\n- type: queue-scorer\n- type: bar\n",
+                "plugins[1].name: duplicate plugin name \"queue-scorer\"",
+            ),
+            (
+                "plugins:\n- type: queue-scorer\n- name: x\n  type: kv-cache-utilization-scorer\n- type: bar\n",
+                "plugins[2].type: unknown plugin type \"bar\"",
+            ),
+            (
+                "plugins:\n- type: decode-filter\n",
+                "plugins[0].type: plugin type \"decode-filter\" is not supported by wasm-epp yet",
+            ),
+            (
+                "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 2, tieBreak: random}\n",
+                "plugins[1].parameters.tieBreak: unknown parameter",
+            ),
+            (
+                "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: a\n  plugins: []\n- name: b\n  plugins: []\n",
+                "schedulingProfiles: 2 profiles configured",
+            ),
+            (
+                "plugins:\n- type: max-score-picker\n- type: random-picker\nschedulingProfiles:\n- name: a\n  plugins:\n  - pluginRef: max-score-picker\n  - pluginRef: random-picker\n",
+                "schedulingProfiles[0].plugins[1].pluginRef: the profile already has picker \"max-score-picker\"",
+            ),
+            (
+                "plugins:\n- type: max-score-picker\n- type: random-picker\n",
+                "plugins[1]: a second picker",
+            ),
+            (
+                "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: a\n  plugins:\n  - pluginRef: queue-scorer\n    wieght: 2\n",
+                "schedulingProfiles[0].plugins[0]: unknown field `wieght`",
+            ),
+            (
+                "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: a\n  plugins:\n  - pluginRef: queue-scorer\n    weight: -1\n",
+                "schedulingProfiles[0].plugins[0].weight: must be",
+            ),
+            (
+                "plugins:\n- type: metrics-data-source\nschedulingProfiles:\n- name: a\n  plugins:\n  - pluginRef: metrics-data-source\n",
+                "schedulingProfiles[0].plugins[0].pluginRef: plugin \"metrics-data-source\" (type \"metrics-data-source\") is not a scorer or picker",
+            ),
+            (
+                "plugins:\n- type: queue-scorer\ndataLayer:\n  discovery: {pluginRef: queue-scorer}\n",
+                "dataLayer.discovery.pluginRef: plugin \"queue-scorer\" has type \"queue-scorer\"",
+            ),
+            (
+                "plugins:\n- type: queue-scorer\ndataLayer:\n  sources:\n  - pluginRef: queue-scorer\n",
+                "dataLayer.sources[0].pluginRef: plugin \"queue-scorer\" has type",
+            ),
+            (
+                "plugins:\n- type: metrics-data-source\ndataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors: [{pluginRef: nope}]\n",
+                "dataLayer.sources[0].extractors[0].pluginRef: no plugin named \"nope\"",
+            ),
+            (
+                "dataLayer:\n  peerDiscovery: {pluginRef: x}\n",
+                "dataLayer.peerDiscovery: not supported by wasm-epp yet",
+            ),
+            (
+                "requestHandler:\n  parsers: [{pluginRef: openai-parser}]\n",
+                "requestHandler.parsers[0].pluginRef: no plugin named \"openai-parser\"",
+            ),
+            ("featureGates: [flowControl]\n", "featureGates[0]: \"flowControl\" is not supported"),
+            ("featureGates: [fastPath]\n", "featureGates[0]: unknown feature gate \"fastPath\""),
+            ("flowControl: {maxRequests: 10}\n", "flowControl: not supported by wasm-epp yet"),
+            (
+                "plugins:\n- type: approx-prefix-cache-producer\n- name: second\n  type: approx-prefix-cache-producer\n",
+                "plugins[1].type: only one approx-prefix-cache-producer",
+            ),
+            (
+                "plugins:\n- type: prefix-cache-scorer\n  parameters: {prefixMatchInfoProducerName: nope}\n",
+                "plugins[0].parameters.prefixMatchInfoProducerName: no approx-prefix-cache-producer named \"nope\"",
+            ),
+            ("plugins:\n- name: x\n", "plugins[0].type: must not be empty"),
+            ("colour: blue\n", "unknown field `colour`"),
+        ] {
+            let err = compile_yaml(body).unwrap_err();
+            assert!(err.starts_with(expected), "{body}\n  gave: {err}\n  want: {expected}");
+        }
+    }
+
+    #[test]
+    fn api_version_and_kind_are_checked() {
+        let err = parse("apiVersion: v1\nkind: EndpointPickerConfig\n").unwrap_err();
+        assert!(err.starts_with("apiVersion: unsupported \"v1\""), "{err}");
+        let err = parse("apiVersion: llm-d.ai/v1alpha1\nkind: Pod\n").unwrap_err();
+        assert!(err.starts_with("kind: expected"), "{err}");
+        let err = parse("kind: EndpointPickerConfig\n").unwrap_err();
+        assert!(err.contains("apiVersion"), "{err}");
+    }
+}

@@ -1,0 +1,580 @@
+//! The controller's state — the profile, the endpoints with their latest metrics and scrape
+//! status — and the versioned snapshot built from it.
+//!
+//! Whenever the state changes in a way the snapshot shows (endpoints, labels, metrics,
+//! freshness times, profile), a new snapshot is published on a [`watch`] channel with a new
+//! version `max(previous + 1, now_unix_ms)`: strictly increasing within a process and, because
+//! it follows the wall clock, across restarts. Long-polls wait on that channel, so waiting is
+//! cheap and each snapshot is encoded once however many pollers read it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use wasm_epp::scheduler::profile::Profile;
+use wasm_epp::snapshot::{Endpoint, Metrics, Snapshot};
+
+use crate::log::now_unix_ms;
+
+/// A published snapshot with its encoded form.
+#[derive(Debug)]
+pub struct Published {
+    /// The snapshot.
+    pub snapshot: Snapshot,
+    /// `snapshot.to_json()`, shared by every response that serves it.
+    pub json: Bytes,
+}
+
+impl Published {
+    /// The snapshot version.
+    pub fn version(&self) -> u64 {
+        self.snapshot.version
+    }
+}
+
+/// Identity of an endpoint across discovery updates: name, address and port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EndpointKey {
+    /// Endpoint name (`namespace/name` or `name`).
+    pub name: String,
+    /// IP address.
+    pub address: String,
+    /// Port.
+    pub port: u16,
+}
+
+impl EndpointKey {
+    fn of(endpoint: &Endpoint) -> EndpointKey {
+        EndpointKey {
+            name: endpoint.name.clone(),
+            address: endpoint.address.clone(),
+            port: endpoint.port,
+        }
+    }
+}
+
+/// One endpoint to scrape now, as handed out by [`Store::begin_scrapes`].
+#[derive(Debug, Clone)]
+pub struct ScrapeJob {
+    /// Which endpoint.
+    pub key: EndpointKey,
+    /// `address:port`, IPv6 bracketed.
+    pub host_port: String,
+}
+
+/// Process-wide counters, shown by the admin `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Successful scrapes.
+    pub scrapes_success: AtomicU64,
+    /// Failed scrapes (connect error, timeout, bad status, unparsable metrics).
+    pub scrapes_error: AtomicU64,
+    /// Snapshot requests answered at once with 200.
+    pub snapshot_immediate: AtomicU64,
+    /// Long-polls answered with 200 after waiting for a new version.
+    pub snapshot_long_poll: AtomicU64,
+    /// Requests answered 304 (nothing newer within the wait).
+    pub snapshot_not_modified: AtomicU64,
+}
+
+impl Counters {
+    /// Adds one to `counter`.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads `counter`.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// An endpoint's state as `/debug/endpoints` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EndpointReport {
+    /// Endpoint name.
+    pub name: String,
+    /// IP address.
+    pub address: String,
+    /// Port.
+    pub port: u16,
+    /// `address:port`, IPv6 bracketed.
+    #[serde(skip)]
+    pub host_port: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Latest metrics.
+    pub metrics: Metrics,
+    /// Milliseconds since the last successful scrape; `None` if never scraped successfully.
+    pub metrics_age_ms: Option<u64>,
+    /// The error of the latest scrape, `None` when it succeeded (or none has finished yet).
+    pub last_error: Option<String>,
+    /// Successful scrapes so far.
+    pub scrapes_ok: u64,
+    /// Failed scrapes so far.
+    pub scrapes_failed: u64,
+}
+
+/// The outcome of [`Store::wait_newer`].
+#[derive(Debug)]
+pub enum Wait {
+    /// A newer snapshot was already there.
+    Immediate(Arc<Published>),
+    /// A newer snapshot was published while waiting.
+    Changed(Arc<Published>),
+    /// Nothing newer before the deadline; carries the current snapshot.
+    TimedOut(Arc<Published>),
+}
+
+/// The next snapshot version: strictly greater than `previous`, and at least the wall clock.
+pub fn next_version(previous: u64, now_unix_ms: u64) -> u64 {
+    previous.saturating_add(1).max(now_unix_ms)
+}
+
+#[derive(Debug)]
+struct Entry {
+    endpoint: Endpoint,
+    last_error: Option<String>,
+    scrapes_ok: u64,
+    scrapes_failed: u64,
+    scraping: bool,
+}
+
+#[derive(Debug)]
+struct State {
+    profile: Profile,
+    /// Sorted by key.
+    entries: Vec<Entry>,
+    rounds_completed: u64,
+}
+
+/// Shared controller state; see the module docs.
+#[derive(Debug)]
+pub struct Store {
+    state: Mutex<State>,
+    published: watch::Sender<Arc<Published>>,
+    counters: Counters,
+}
+
+impl Store {
+    /// Creates the store from the profile and the endpoints discovery loaded at startup, and
+    /// publishes the first snapshot (endpoints with empty metrics) at once.
+    pub fn new(profile: Profile, endpoints: Vec<Endpoint>) -> Store {
+        let state = State {
+            profile,
+            entries: entries_from(endpoints, HashMap::new()),
+            rounds_completed: 0,
+        };
+        let first = build(&state, next_version(0, now_unix_ms()));
+        let (published, _) = watch::channel(Arc::new(first));
+        Store {
+            state: Mutex::new(state),
+            published,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The latest snapshot.
+    pub fn current(&self) -> Arc<Published> {
+        self.published.borrow().clone()
+    }
+
+    /// True once a scrape round has completed (discovery has loaded by construction).
+    pub fn is_ready(&self) -> bool {
+        self.lock().rounds_completed > 0
+    }
+
+    /// Replaces the endpoint list. Endpoints that stay (same name, address and port) keep their
+    /// metrics and scrape status; labels are taken from the new list. Publishes a snapshot if
+    /// anything changed and returns whether it did.
+    pub fn set_endpoints(&self, endpoints: Vec<Endpoint>) -> bool {
+        let mut state = self.lock();
+        let previous: HashMap<EndpointKey, Entry> = std::mem::take(&mut state.entries)
+            .into_iter()
+            .map(|entry| (EndpointKey::of(&entry.endpoint), entry))
+            .collect();
+        state.entries = entries_from(endpoints, previous);
+        self.publish_if_changed(&state)
+    }
+
+    /// Hands out every endpoint that has no scrape in flight and marks them in flight.
+    pub fn begin_scrapes(&self) -> Vec<ScrapeJob> {
+        let mut state = self.lock();
+        state
+            .entries
+            .iter_mut()
+            .filter(|entry| !entry.scraping)
+            .map(|entry| {
+                entry.scraping = true;
+                ScrapeJob {
+                    key: EndpointKey::of(&entry.endpoint),
+                    host_port: entry.endpoint.host_port(),
+                }
+            })
+            .collect()
+    }
+
+    /// Records the result of a scrape started by [`begin_scrapes`](Self::begin_scrapes).
+    /// Success replaces the metrics, stamped with `now_unix_ms`; failure keeps the previous
+    /// ones. Returns true when the endpoint went from healthy (or unscraped) to failing or back,
+    /// so the caller can log the transition. A result for an endpoint that has since been
+    /// removed is dropped.
+    pub fn record_scrape(
+        &self,
+        key: &EndpointKey,
+        result: Result<Metrics, String>,
+        now_unix_ms: u64,
+    ) -> bool {
+        match &result {
+            Ok(_) => Counters::bump(&self.counters.scrapes_success),
+            Err(_) => Counters::bump(&self.counters.scrapes_error),
+        }
+        let mut state = self.lock();
+        let Ok(index) = state
+            .entries
+            .binary_search_by(|entry| EndpointKey::of(&entry.endpoint).cmp(key))
+        else {
+            return false;
+        };
+        let entry = &mut state.entries[index];
+        entry.scraping = false;
+        let was_failing = entry.last_error.is_some();
+        match result {
+            Ok(metrics) => {
+                entry.endpoint.metrics = Metrics {
+                    updated_unix_ms: Some(now_unix_ms),
+                    ..metrics
+                };
+                entry.scrapes_ok += 1;
+                entry.last_error = None;
+                was_failing
+            }
+            Err(error) => {
+                entry.scrapes_failed += 1;
+                entry.last_error = Some(error);
+                !was_failing
+            }
+        }
+    }
+
+    /// Marks a scrape round complete and publishes a snapshot if anything changed.
+    pub fn finish_round(&self) {
+        let mut state = self.lock();
+        state.rounds_completed += 1;
+        self.publish_if_changed(&state);
+    }
+
+    /// Waits up to `max_wait` for a snapshot with a version greater than `since`.
+    pub async fn wait_newer(&self, since: u64, max_wait: Duration) -> Wait {
+        let mut receiver = self.published.subscribe();
+        let current = receiver.borrow_and_update().clone();
+        if current.version() > since {
+            return Wait::Immediate(current);
+        }
+        let deadline = Instant::now() + max_wait;
+        loop {
+            match tokio::time::timeout_at(deadline, receiver.changed()).await {
+                Ok(Ok(())) => {
+                    let latest = receiver.borrow_and_update().clone();
+                    if latest.version() > since {
+                        return Wait::Changed(latest);
+                    }
+                }
+                // Deadline reached (the sender lives as long as `self`, so `changed` cannot fail).
+                _ => return Wait::TimedOut(receiver.borrow().clone()),
+            }
+        }
+    }
+
+    /// Every endpoint's state, in snapshot order, with metric ages relative to `now_unix_ms`.
+    pub fn endpoint_reports(&self, now_unix_ms: u64) -> Vec<EndpointReport> {
+        self.lock()
+            .entries
+            .iter()
+            .map(|entry| {
+                let endpoint = &entry.endpoint;
+                EndpointReport {
+                    name: endpoint.name.clone(),
+                    address: endpoint.address.clone(),
+                    port: endpoint.port,
+                    host_port: endpoint.host_port(),
+                    labels: endpoint.labels.clone(),
+                    metrics: endpoint.metrics.clone(),
+                    metrics_age_ms: endpoint
+                        .metrics
+                        .updated_unix_ms
+                        .map(|at| now_unix_ms.saturating_sub(at)),
+                    last_error: entry.last_error.clone(),
+                    scrapes_ok: entry.scrapes_ok,
+                    scrapes_failed: entry.scrapes_failed,
+                }
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the state half-updated in a way that
+        // matters more than stopping the controller would, so keep serving.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Publishes a new snapshot if the state differs from the current one; returns whether it
+    /// did. Called with the state locked, so versions are published in order.
+    fn publish_if_changed(&self, state: &State) -> bool {
+        let current = self.current();
+        let unchanged = current.snapshot.profile == state.profile
+            && current
+                .snapshot
+                .endpoints
+                .iter()
+                .eq(state.entries.iter().map(|entry| &entry.endpoint));
+        if unchanged {
+            return false;
+        }
+        let version = next_version(current.version(), now_unix_ms());
+        self.published.send_replace(Arc::new(build(state, version)));
+        true
+    }
+}
+
+/// Builds sorted entries from a new endpoint list, carrying over state from `previous`.
+fn entries_from(endpoints: Vec<Endpoint>, mut previous: HashMap<EndpointKey, Entry>) -> Vec<Entry> {
+    let mut entries: Vec<Entry> = endpoints
+        .into_iter()
+        .map(
+            |endpoint| match previous.remove(&EndpointKey::of(&endpoint)) {
+                Some(kept) => Entry {
+                    endpoint: Endpoint {
+                        labels: endpoint.labels,
+                        ..kept.endpoint
+                    },
+                    ..kept
+                },
+                None => Entry {
+                    endpoint,
+                    last_error: None,
+                    scrapes_ok: 0,
+                    scrapes_failed: 0,
+                    scraping: false,
+                },
+            },
+        )
+        .collect();
+    entries.sort_by_key(|entry| EndpointKey::of(&entry.endpoint));
+    entries.dedup_by_key(|entry| EndpointKey::of(&entry.endpoint));
+    entries
+}
+
+fn build(state: &State, version: u64) -> Published {
+    let snapshot = Snapshot {
+        version,
+        generated_unix_ms: now_unix_ms(),
+        profile: state.profile.clone(),
+        endpoints: state
+            .entries
+            .iter()
+            .map(|entry| entry.endpoint.clone())
+            .collect(),
+    };
+    let json = Bytes::from(snapshot.to_json());
+    Published { snapshot, json }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(name: &str, port: u16) -> Endpoint {
+        Endpoint {
+            name: name.to_string(),
+            address: "127.0.0.1".to_string(),
+            port,
+            labels: BTreeMap::new(),
+            metrics: Metrics::default(),
+        }
+    }
+
+    fn key(name: &str, port: u16) -> EndpointKey {
+        EndpointKey::of(&endpoint(name, port))
+    }
+
+    fn queue(n: u64) -> Metrics {
+        Metrics {
+            waiting_queue_size: n,
+            ..Metrics::default()
+        }
+    }
+
+    #[test]
+    fn next_version_is_strictly_increasing_and_follows_the_clock() {
+        assert_eq!(next_version(0, 1_000), 1_000);
+        assert_eq!(next_version(1_000, 1_000), 1_001);
+        assert_eq!(
+            next_version(5_000, 1_000),
+            5_001,
+            "a clock step back never lowers it"
+        );
+        assert_eq!(
+            next_version(1_000, 9_000),
+            9_000,
+            "a restart continues above the old one"
+        );
+        assert_eq!(next_version(u64::MAX, 0), u64::MAX);
+    }
+
+    #[test]
+    fn the_first_snapshot_is_published_at_once_with_sorted_endpoints() {
+        let store = Store::new(Profile::default(), vec![endpoint("b", 2), endpoint("a", 1)]);
+        let first = store.current();
+        assert!(first.version() >= now_unix_ms() - 60_000);
+        let names: Vec<_> = first.snapshot.endpoints.iter().map(|e| &e.name).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(Snapshot::from_json(&first.json).unwrap(), first.snapshot);
+        assert!(!store.is_ready());
+    }
+
+    #[test]
+    fn every_change_publishes_a_strictly_greater_version() {
+        let store = Store::new(Profile::default(), vec![endpoint("a", 1)]);
+        let mut versions = vec![store.current().version()];
+        for n in 1..=20 {
+            for job in store.begin_scrapes() {
+                store.record_scrape(&job.key, Ok(queue(n)), now_unix_ms());
+            }
+            store.finish_round();
+            versions.push(store.current().version());
+        }
+        assert!(
+            versions.windows(2).all(|pair| pair[1] > pair[0]),
+            "{versions:?}"
+        );
+        assert!(store.is_ready());
+    }
+
+    #[test]
+    fn an_unchanged_state_publishes_nothing() {
+        let store = Store::new(Profile::default(), vec![endpoint("a", 1)]);
+        let before = store.current().version();
+        assert!(!store.set_endpoints(vec![endpoint("a", 1)]));
+        store.finish_round();
+        assert_eq!(store.current().version(), before);
+    }
+
+    #[test]
+    fn failures_keep_metrics_and_report_transitions() {
+        let store = Store::new(Profile::default(), vec![endpoint("a", 1)]);
+        let a = key("a", 1);
+        assert!(!store.record_scrape(&a, Ok(queue(4)), 1_000));
+        assert!(
+            store.record_scrape(&a, Err("down".into()), 2_000),
+            "ok → failing"
+        );
+        assert!(!store.record_scrape(&a, Err("still down".into()), 3_000));
+        let report = &store.endpoint_reports(3_500)[0];
+        assert_eq!(report.metrics.waiting_queue_size, 4);
+        assert_eq!(report.metrics.updated_unix_ms, Some(1_000));
+        assert_eq!(report.metrics_age_ms, Some(2_500));
+        assert_eq!(report.last_error.as_deref(), Some("still down"));
+        assert_eq!((report.scrapes_ok, report.scrapes_failed), (1, 2));
+        assert!(store.record_scrape(&a, Ok(queue(1)), 4_000), "failing → ok");
+        assert_eq!(store.endpoint_reports(4_000)[0].last_error, None);
+        let counters = store.counters();
+        assert_eq!(Counters::get(&counters.scrapes_success), 2);
+        assert_eq!(Counters::get(&counters.scrapes_error), 2);
+    }
+
+    #[test]
+    fn endpoints_that_stay_keep_their_metrics() {
+        let store = Store::new(Profile::default(), vec![endpoint("a", 1), endpoint("b", 2)]);
+        store.record_scrape(&key("a", 1), Ok(queue(7)), 1_000);
+        store.record_scrape(&key("b", 2), Ok(queue(8)), 1_000);
+        let mut relabelled = endpoint("a", 1);
+        relabelled.labels.insert("role".into(), "decode".into());
+        // b moves to another port: a different endpoint, so it starts empty.
+        assert!(store.set_endpoints(vec![relabelled, endpoint("b", 3), endpoint("c", 4)]));
+        let snapshot = &store.current().snapshot;
+        let by_name: Vec<_> = snapshot
+            .endpoints
+            .iter()
+            .map(|e| (e.name.as_str(), e.port, e.metrics.waiting_queue_size))
+            .collect();
+        assert_eq!(by_name, [("a", 1, 7), ("b", 3, 0), ("c", 4, 0)]);
+        assert_eq!(snapshot.endpoints[0].labels["role"], "decode");
+        // A late result for the removed endpoint is dropped.
+        assert!(!store.record_scrape(&key("b", 2), Ok(queue(9)), 2_000));
+    }
+
+    #[test]
+    fn at_most_one_scrape_per_endpoint_is_in_flight() {
+        let store = Store::new(Profile::default(), vec![endpoint("a", 1), endpoint("b", 2)]);
+        let jobs = store.begin_scrapes();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[0].host_port, "127.0.0.1:1");
+        store.record_scrape(&jobs[0].key, Ok(queue(1)), 1_000);
+        let again: Vec<_> = store.begin_scrapes().into_iter().map(|j| j.key).collect();
+        assert_eq!(again, [key("a", 1)], "b is still in flight");
+    }
+
+    #[tokio::test]
+    async fn long_poll_returns_at_once_when_a_newer_version_exists() {
+        let store = Store::new(Profile::default(), vec![]);
+        let version = store.current().version();
+        let started = Instant::now();
+        match store.wait_newer(version - 1, Duration::from_secs(10)).await {
+            Wait::Immediate(p) => assert_eq!(p.version(), version),
+            other => panic!("expected Immediate, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn long_poll_times_out_at_the_deadline() {
+        let store = Store::new(Profile::default(), vec![]);
+        let version = store.current().version();
+        let started = Instant::now();
+        match store.wait_newer(version, Duration::from_millis(150)).await {
+            Wait::TimedOut(p) => assert_eq!(p.version(), version),
+            other => panic!("expected TimedOut, got {other:?}"),
+        }
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(150), "{waited:?}");
+        assert!(waited < Duration::from_secs(2), "{waited:?}");
+    }
+
+    #[tokio::test]
+    async fn long_poll_returns_as_soon_as_a_change_is_published() {
+        let store = Arc::new(Store::new(Profile::default(), vec![]));
+        let version = store.current().version();
+        let publisher = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                store.set_endpoints(vec![endpoint("a", 1)]);
+            })
+        };
+        let started = Instant::now();
+        match store.wait_newer(version, Duration::from_secs(10)).await {
+            Wait::Changed(p) => {
+                assert!(p.version() > version);
+                assert_eq!(p.snapshot.endpoints.len(), 1);
+            }
+            other => panic!("expected Changed, got {other:?}"),
+        }
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+        publisher.await.unwrap();
+    }
+}

@@ -1,0 +1,8 @@
+//! Integration tests: the real `wasm-epp-controller` binary against fake model servers on
+//! 127.0.0.1.
+
+mod admin;
+mod common;
+mod discovery;
+mod snapshot;
+mod startup;
