@@ -17,7 +17,7 @@ export ENVOY_BIN := $(abspath $(ENVOY))
 export WASM_EPP_WASM := $(abspath $(WASM))
 export WASM_EPP_BIN_DIR := $(abspath $(BIN))
 
-.PHONY: build wasm native envoy demo run test lint test-unit test-wasm test-e2e clean
+.PHONY: build wasm native envoy demo overhead run test lint test-unit test-wasm test-e2e clean
 
 ## build: the filter (.wasm), the controller, the simulator and the load generator
 build: wasm native
@@ -44,6 +44,10 @@ $(WASM_BINDGEN_RUNNER):
 ## demo: simulated model servers + controller + Envoy, a burst through wasm-epp vs round-robin
 demo: build envoy
 	bash examples/demo/demo.sh
+
+## overhead: latency the filter adds per request (Envoy + wasm-epp vs plain Envoy)
+overhead: build envoy
+	bash examples/demo/overhead.sh
 
 ## run: controller + Envoy in the foreground for your config (EPP_CONFIG=path [EPP_MANIFESTS=path])
 run: build envoy
