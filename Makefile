@@ -17,7 +17,7 @@ export ENVOY_BIN := $(abspath $(ENVOY))
 export WASM_EPP_WASM := $(abspath $(WASM))
 export WASM_EPP_BIN_DIR := $(abspath $(BIN))
 
-.PHONY: build wasm native envoy demo overhead run test lint test-unit test-wasm test-e2e clean
+.PHONY: build wasm native envoy demo overhead bench-pick run test lint test-unit test-wasm test-e2e clean
 
 ## build: the filter (.wasm), the controller, the simulator and the load generator
 build: wasm native
@@ -49,6 +49,11 @@ demo: build envoy
 overhead: build envoy
 	bash examples/demo/overhead.sh
 
+## bench-pick: time one pick at 8, 100 and 1,000 endpoints, natively and inside Envoy
+bench-pick: build envoy
+	cargo bench --locked -p wasm-epp --bench pick
+	bash examples/demo/pick_in_envoy.sh
+
 ## run: controller + Envoy in the foreground for your config (EPP_CONFIG=path [EPP_MANIFESTS=path])
 run: build envoy
 	EPP_CONFIG="$(EPP_CONFIG)" EPP_MANIFESTS="$(EPP_MANIFESTS)" EPP_ENDPOINTS="$(EPP_ENDPOINTS)" bash scripts/run.sh
@@ -71,7 +76,7 @@ test-wasm: $(WASM_BINDGEN_RUNNER)
 	  cargo test --locked --target wasm32-unknown-unknown -p wasm-epp --lib --no-default-features
 
 test-e2e: build envoy
-	cargo test --locked -p wasm-epp --test e2e -- --test-threads 2
+	cargo test --locked -p wasm-epp --test e2e --test scheduling -- --test-threads 2
 
 clean:
 	cargo clean

@@ -15,8 +15,14 @@ pub enum InferenceError {
     NoEndpoints(String),
     /// 503: the filter has no snapshot from the controller yet (fail-close).
     NoSnapshot,
+    /// 429: the profile's filters removed every endpoint.
+    FilteredOut,
     /// 500: a header-only request with an empty pool.
     NoPods,
+    /// 429: the request was shed (a sheddable request while the pool is saturated).
+    ResourceExhausted(String),
+    /// 500: an internal failure, e.g. the request body could not be re-encoded.
+    Internal(String),
 }
 
 impl InferenceError {
@@ -24,8 +30,10 @@ impl InferenceError {
     pub fn status(&self) -> u32 {
         match self {
             InferenceError::BadRequest(_) => 400,
+            InferenceError::ResourceExhausted(_) => 429,
             InferenceError::NoEndpoints(_) | InferenceError::NoSnapshot => 503,
-            InferenceError::NoPods => 500,
+            InferenceError::NoPods | InferenceError::Internal(_) => 500,
+            InferenceError::FilteredOut => 429,
         }
     }
 
@@ -33,8 +41,10 @@ impl InferenceError {
     pub fn code(&self) -> &'static str {
         match self {
             InferenceError::BadRequest(_) => "BadRequest",
+            InferenceError::ResourceExhausted(_) => "ResourceExhausted",
             InferenceError::NoEndpoints(_) | InferenceError::NoSnapshot => "ServiceUnavailable",
-            InferenceError::NoPods => "Internal",
+            InferenceError::NoPods | InferenceError::Internal(_) => "Internal",
+            InferenceError::FilteredOut => "ResourceExhausted",
         }
     }
 
@@ -42,6 +52,7 @@ impl InferenceError {
     pub fn dropped_reason(&self) -> Option<&'static str> {
         match self {
             InferenceError::NoEndpoints(_) => Some("rejected-no-endpoints"),
+            InferenceError::FilteredOut => Some("rejected-saturated"),
             _ => None,
         }
     }
@@ -55,9 +66,13 @@ impl InferenceError {
 impl fmt::Display for InferenceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let message = match self {
-            InferenceError::BadRequest(m) | InferenceError::NoEndpoints(m) => m.as_str(),
+            InferenceError::BadRequest(m)
+            | InferenceError::NoEndpoints(m)
+            | InferenceError::ResourceExhausted(m)
+            | InferenceError::Internal(m) => m.as_str(),
             InferenceError::NoSnapshot => "no endpoint snapshot received from the controller yet",
             InferenceError::NoPods => "no pods available in datastore",
+            InferenceError::FilteredOut => "no endpoints available for the given request",
         };
         write!(f, "inference error: {} - {}", self.code(), message)
     }
@@ -86,5 +101,37 @@ mod tests {
         assert_eq!(e.body(), "inference error: ServiceUnavailable - x");
         assert_eq!(InferenceError::NoPods.status(), 500);
         assert_eq!(InferenceError::NoSnapshot.status(), 503);
+        let e = InferenceError::FilteredOut;
+        assert_eq!(
+            (e.status(), e.dropped_reason()),
+            (429, Some("rejected-saturated"))
+        );
+        assert_eq!(
+            e.body(),
+            "inference error: ResourceExhausted - no endpoints available for the given request"
+        );
+    }
+
+    #[test]
+    fn resource_exhausted_and_internal() {
+        let e =
+            InferenceError::ResourceExhausted("system saturated, sheddable request dropped".into());
+        assert_eq!(
+            (e.status(), e.code(), e.dropped_reason()),
+            (429, "ResourceExhausted", None)
+        );
+        assert_eq!(
+            e.body(),
+            "inference error: ResourceExhausted - system saturated, sheddable request dropped"
+        );
+        let e = InferenceError::Internal("Error marshalling request body".into());
+        assert_eq!(
+            (e.status(), e.code(), e.dropped_reason()),
+            (500, "Internal", None)
+        );
+        assert_eq!(
+            e.body(),
+            "inference error: Internal - Error marshalling request body"
+        );
     }
 }

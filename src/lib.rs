@@ -4,10 +4,12 @@
 //! ([`snapshot`]) and the scheduler ([`scheduler`]) — plus, when built for wasm32 with the
 //! `proxy` feature, a thin Proxy-Wasm shell that wires them into Envoy.
 
+pub mod admission;
 pub mod errors;
 pub mod picker;
 pub mod plugin_config;
 pub mod request;
+pub mod rewrite;
 pub mod scheduler;
 pub mod snapshot;
 

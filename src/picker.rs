@@ -1,36 +1,102 @@
-//! One request's decision, from the snapshot and the request to a destination or an error.
-//! Plain Rust: the Proxy-Wasm shell only supplies the inputs and applies the outcome.
+//! One request's decision, from the snapshot and the request to a destination or an error:
+//! subset hint → body parsing → model rewrite → admission → scheduling. Plain Rust: the
+//! Proxy-Wasm shell only supplies the inputs and applies the outcome.
 
+use std::borrow::Cow;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+
+use crate::admission;
 use crate::errors::InferenceError;
+use crate::plugin_config::FilterConfig;
 use crate::request::{self, Api};
+use crate::rewrite;
+use crate::scheduler::prefix::BlockStore;
 use crate::scheduler::profile::ScorerSpec;
 use crate::scheduler::rng::Rng;
-use crate::scheduler::{self, Request, SchedulerState};
+use crate::scheduler::{self, Decision, Request};
 use crate::snapshot::{Endpoint, Snapshot};
 
 /// Request header carrying the chosen endpoint(s), `ip:port[,ip:port…]`.
 pub const DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
+/// Request header restricting the pick to these endpoints: comma-separated `ip:port` (that
+/// endpoint) or `ip` (every port of that address).
+pub const SUBSET_HEADER: &str = "x-gateway-destination-endpoint-subset";
+/// Request and response header of the session-affinity scorer: base64 of the endpoint name.
+pub const SESSION_TOKEN_HEADER: &str = "x-session-token";
+/// Response header explaining the decision, when `explainDecisions` is on.
+pub const DECISION_HEADER: &str = "x-wasm-epp-decision";
+/// Request header of upstream flow-control fairness (and its deprecated alias); not used by
+/// wasm-epp, removed like the other control headers.
+const FAIRNESS_HEADERS: [&str; 2] = [
+    "x-llm-d-inference-fairness-id",
+    "x-gateway-inference-fairness-id",
+];
+/// Headers that steer the picker: read by the filter, never forwarded to a model server.
+pub const CONTROL_HEADERS: [&str; 8] = [
+    DESTINATION_HEADER,
+    SUBSET_HEADER,
+    admission::OBJECTIVE_HEADER,
+    admission::DEPRECATED_OBJECTIVE_HEADER,
+    rewrite::MODEL_REWRITE_HEADER,
+    rewrite::DEPRECATED_MODEL_REWRITE_HEADER,
+    FAIRNESS_HEADERS[0],
+    FAIRNESS_HEADERS[1],
+];
+/// Candidates listed in the decision header.
+const EXPLAINED_CANDIDATES: usize = 3;
+
+/// What the filter saw of one request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Incoming<'a> {
+    /// `:path`.
+    pub path: &'a str,
+    /// The whole body; `None` for a request without one (such as `GET /v1/models`).
+    pub body: Option<&'a [u8]>,
+    /// The objective header's value.
+    pub objective: Option<&'a str>,
+    /// The model-rewrite header's value.
+    pub model_rewrite: Option<&'a str>,
+    /// The subset header's value.
+    pub subset: Option<&'a str>,
+    /// The session token header's value.
+    pub session_token: Option<&'a str>,
+    /// Wall-clock time, milliseconds since the Unix epoch.
+    pub now_unix_ms: u64,
+}
+
+/// A routing decision to apply.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Route {
+    /// The destination header's value: primary first, then fallbacks, comma-separated.
+    pub destination: String,
+    /// The primary endpoint's `ip:port` (counted in flight until the stream ends).
+    pub primary: String,
+    /// A replacement request body (the model was rewritten).
+    pub body: Option<Vec<u8>>,
+    /// `(target, client)` model names when responses must be rewritten back.
+    pub model_rewrite: Option<(String, String)>,
+    /// The session token to return to the client.
+    pub session_token: Option<String>,
+    /// The decision header's value.
+    pub explanation: Option<String>,
+}
 
 /// What to do with a request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// Forward with `x-gateway-destination-endpoint: destination`; `primary` is in-flight.
-    Route {
-        /// The header value: primary first, then fallbacks, comma-separated.
-        destination: String,
-        /// The primary endpoint's `ip:port` (counted in flight until the stream ends).
-        primary: String,
-    },
+    /// Forward it as decided.
+    Route(Route),
     /// Fail-open without a snapshot: forward with no destination header.
     Unrouted,
     /// Answer the client with this error.
     Reject(InferenceError),
 }
 
-/// Per-worker picking state: the learnt prefix index and the tie-break generator.
+/// Per-worker picking state: the random generator for tie-breaks and weighted choices.
 #[derive(Debug)]
 pub struct Picker {
-    state: SchedulerState,
     rng: Rng,
 }
 
@@ -38,88 +104,223 @@ impl Picker {
     /// A picker whose random choices start from `seed`.
     pub fn new(seed: u64) -> Picker {
         Picker {
-            state: SchedulerState::default(),
             rng: Rng::new(seed),
         }
     }
 
-    /// Decides one request. `body` is `None` for a request without a body (header-only, such as
-    /// `GET /v1/models`): upstream sends those to a random endpoint. `in_flight` reports this
-    /// proxy's in-flight count for an endpoint; it is only asked when a scorer needs it.
+    /// Decides one request. `in_flight` reports this proxy's in-flight count for an endpoint
+    /// (only asked when a scorer needs it); `prefix_store` holds the shared prefix index.
     pub fn decide(
         &mut self,
         snapshot: Option<&Snapshot>,
-        fail_open: bool,
-        path: &str,
-        body: Option<&[u8]>,
+        config: &FilterConfig,
+        incoming: &Incoming<'_>,
         in_flight: impl Fn(&Endpoint) -> u64,
+        prefix_store: &dyn BlockStore,
     ) -> Outcome {
         let Some(snapshot) = snapshot else {
-            return if fail_open {
+            return if config.fail_open {
                 Outcome::Unrouted
             } else {
                 Outcome::Reject(InferenceError::NoSnapshot)
             };
         };
-        let endpoints = &snapshot.endpoints;
-        let picked = match body {
-            None if endpoints.is_empty() => return Outcome::Reject(InferenceError::NoPods),
-            None => vec![self.rng.below(endpoints.len())],
-            Some(body) => {
-                let parsed = match request::parse(Api::from_path(path), body) {
-                    Ok(parsed) => parsed,
-                    Err(e) => return Outcome::Reject(e),
-                };
-                let needs_in_flight = snapshot
-                    .profile
-                    .scorers
-                    .iter()
-                    .any(|s| matches!(s.scorer, ScorerSpec::ActiveRequest(_)));
-                let counts: Vec<u64> = if needs_in_flight {
-                    endpoints.iter().map(&in_flight).collect()
-                } else {
-                    Vec::new()
-                };
-                let request = Request {
-                    model: &parsed.model,
-                    prompt: &parsed.prompt,
-                    cache_salt: &parsed.cache_salt,
-                };
-                match scheduler::schedule(
-                    &snapshot.profile,
-                    endpoints,
-                    &counts,
-                    &request,
-                    &mut self.state,
-                    &mut self.rng,
-                ) {
-                    Ok(decision) => decision.picked,
-                    Err(e) => return Outcome::Reject(e),
-                }
-            }
-        };
-        let chosen: Vec<String> = picked
-            .iter()
-            .filter_map(|&i| endpoints.get(i))
-            .map(Endpoint::host_port)
-            .collect();
-        match chosen.first() {
-            Some(primary) => Outcome::Route {
-                primary: primary.clone(),
-                destination: chosen.join(","),
-            },
-            None => Outcome::Reject(InferenceError::NoEndpoints(
-                "failed to find endpoint candidates for serving the request".to_string(),
-            )),
+        match self.route(snapshot, config, incoming, in_flight, prefix_store) {
+            Ok(route) => Outcome::Route(route),
+            Err(e) => Outcome::Reject(e),
         }
     }
+
+    fn route(
+        &mut self,
+        snapshot: &Snapshot,
+        config: &FilterConfig,
+        incoming: &Incoming<'_>,
+        in_flight: impl Fn(&Endpoint) -> u64,
+        prefix_store: &dyn BlockStore,
+    ) -> Result<Route, InferenceError> {
+        let endpoints = candidates(&snapshot.endpoints, incoming.subset)?;
+        let Some(body) = incoming.body else {
+            // Upstream sends requests without a body to a random endpoint.
+            if endpoints.is_empty() {
+                return Err(InferenceError::NoPods);
+            }
+            let endpoint = &endpoints[self.rng.below(endpoints.len())];
+            return Ok(Route {
+                destination: endpoint.host_port(),
+                primary: endpoint.host_port(),
+                ..Route::default()
+            });
+        };
+        let api = Api::from_path(incoming.path);
+        let parsed = request::parse(api, body)?;
+        let mut route = Route::default();
+        let mut target = parsed.model.clone();
+        if api.rewrites_model() {
+            let random = self.rng.next_u64();
+            target = rewrite::target_model(
+                &parsed.model,
+                incoming.model_rewrite,
+                &snapshot.rewrites,
+                random,
+            )
+            .0;
+            if target != parsed.model {
+                route.body = Some(rewrite::rewrite_request_model(body, &target)?);
+                route.model_rewrite = Some((target.clone(), parsed.model.clone()));
+            }
+        }
+        let priority = admission::objective_priority(&snapshot.objectives, incoming.objective);
+        if priority < 0 {
+            let saturation = admission::saturation(
+                &snapshot.profile.saturation_detector,
+                endpoints.iter(),
+                incoming.now_unix_ms,
+            );
+            admission::admit(priority, saturation)?;
+        }
+        let session = incoming
+            .session_token
+            .and_then(|t| BASE64.decode(t.trim()).ok())
+            .and_then(|bytes| String::from_utf8(bytes).ok());
+        let counts: Vec<u64> = if uses(snapshot, |s| matches!(s, ScorerSpec::ActiveRequest(_))) {
+            endpoints.iter().map(&in_flight).collect()
+        } else {
+            Vec::new()
+        };
+        let request = Request {
+            model: &target,
+            prompt: &parsed.prompt,
+            cache_salt: &parsed.cache_salt,
+            session_endpoint: session.as_deref(),
+            now_unix_ms: incoming.now_unix_ms,
+        };
+        let decision = scheduler::schedule(
+            &snapshot.profile,
+            &endpoints,
+            &counts,
+            &request,
+            prefix_store,
+            &mut self.rng,
+        )?;
+        let chosen: Vec<&Endpoint> = decision
+            .picked
+            .iter()
+            .filter_map(|&i| endpoints.get(i))
+            .collect();
+        let Some(primary) = chosen.first() else {
+            return Err(no_candidates());
+        };
+        route.primary = primary.host_port();
+        route.destination = chosen
+            .iter()
+            .map(|e| e.host_port())
+            .collect::<Vec<_>>()
+            .join(",");
+        if uses(snapshot, |s| matches!(s, ScorerSpec::SessionAffinity)) {
+            route.session_token = Some(BASE64.encode(primary.name.as_bytes()));
+        }
+        if config.explain_decisions {
+            route.explanation = Some(explain(&decision, &endpoints));
+        }
+        Ok(route)
+    }
+}
+
+/// The pool, or only its members named by the subset header.
+fn candidates<'a>(
+    endpoints: &'a [Endpoint],
+    subset: Option<&str>,
+) -> Result<Cow<'a, [Endpoint]>, InferenceError> {
+    let Some(subset) = subset else {
+        return Ok(Cow::Borrowed(endpoints));
+    };
+    let wanted: Vec<(&str, Option<u16>)> = subset
+        .split(',')
+        .filter_map(|item| split_host_port(item.trim()))
+        .collect();
+    let kept: Vec<Endpoint> = endpoints
+        .iter()
+        .filter(|e| {
+            wanted
+                .iter()
+                .any(|&(ip, port)| ip == e.address && port.is_none_or(|p| p == e.port))
+        })
+        .cloned()
+        .collect();
+    if kept.is_empty() {
+        return Err(no_candidates());
+    }
+    Ok(Cow::Owned(kept))
+}
+
+/// `ip`, `ip:port`, `[v6]` or `[v6]:port` as address and optional port; `None` when empty or
+/// the port is not a number.
+fn split_host_port(item: &str) -> Option<(&str, Option<u16>)> {
+    let (host, port) = if let Some(rest) = item.strip_prefix('[') {
+        let (host, tail) = rest.split_once(']')?;
+        (host, tail.strip_prefix(':'))
+    } else if item.matches(':').count() == 1 {
+        let (host, port) = item.split_once(':')?;
+        (host, Some(port))
+    } else {
+        (item, None)
+    };
+    let port = match port {
+        Some(p) => Some(p.parse().ok()?),
+        None => None,
+    };
+    (!host.is_empty()).then_some((host, port))
+}
+
+fn no_candidates() -> InferenceError {
+    InferenceError::NoEndpoints(
+        "failed to find endpoint candidates for serving the request".to_string(),
+    )
+}
+
+fn uses(snapshot: &Snapshot, which: impl Fn(&ScorerSpec) -> bool) -> bool {
+    snapshot.profile.scorers.iter().any(|s| which(&s.scorer))
+}
+
+/// `picked=<ip:port>; <ip:port> total=… <scorer>=…; …` for the best candidates, best first.
+fn explain(decision: &Decision, endpoints: &[Endpoint]) -> String {
+    let mut order: Vec<usize> = (0..decision.candidates.len()).collect();
+    order.sort_by(|&a, &b| decision.totals[b].total_cmp(&decision.totals[a]));
+    let picked = decision
+        .picked
+        .iter()
+        .filter_map(|&i| endpoints.get(i))
+        .map(Endpoint::host_port)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut out = format!("picked={picked}");
+    for &c in order.iter().take(EXPLAINED_CANDIDATES) {
+        let Some(endpoint) = decision.candidates.get(c).and_then(|&i| endpoints.get(i)) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "; {} total={:.3}",
+            endpoint.host_port(),
+            decision.totals[c]
+        ));
+        for (name, scores) in &decision.scores {
+            out.push_str(&format!(
+                " {name}={:.3}",
+                scores.get(c).copied().unwrap_or(0.0)
+            ));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::prefix::MemoryStore;
     use crate::scheduler::profile::{ActiveRequestParams, PickerSpec, Profile, WeightedScorer};
     use crate::scheduler::test_support::endpoint;
+    use crate::snapshot::{ModelRewrite, RewriteRule, RewriteTarget};
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -129,22 +330,48 @@ mod tests {
             generated_unix_ms: 0,
             profile: Profile::default(),
             endpoints,
+            objectives: Default::default(),
+            rewrites: Vec::new(),
         }
     }
 
     const BODY: &[u8] = br#"{"model":"m","prompt":"hi"}"#;
 
+    fn completion() -> Incoming<'static> {
+        Incoming {
+            path: "/v1/completions",
+            body: Some(BODY),
+            ..Incoming::default()
+        }
+    }
+
+    fn decide(s: Option<&Snapshot>, config: &FilterConfig, incoming: &Incoming<'_>) -> Outcome {
+        Picker::new(1).decide(s, config, incoming, |_| 0, &MemoryStore::new(64))
+    }
+
+    fn route(outcome: Outcome) -> Route {
+        match outcome {
+            Outcome::Route(route) => route,
+            other => panic!("expected a route, got {other:?}"),
+        }
+    }
+
+    fn rejection(outcome: Outcome) -> InferenceError {
+        match outcome {
+            Outcome::Reject(e) => e,
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
     #[test]
     fn routes_to_the_least_loaded_endpoint() {
         let s = snapshot(vec![endpoint(1, 9, 0.9), endpoint(2, 0, 0.0)]);
-        let out = Picker::new(1).decide(Some(&s), false, "/v1/completions", Some(BODY), |_| 0);
+        let r = route(decide(Some(&s), &FilterConfig::default(), &completion()));
         assert_eq!(
-            out,
-            Outcome::Route {
-                destination: "10.0.0.2:8000".into(),
-                primary: "10.0.0.2:8000".into()
-            }
+            (r.destination.as_str(), r.primary.as_str()),
+            ("10.0.0.2:8000", "10.0.0.2:8000")
         );
+        assert_eq!((r.body, r.explanation, r.session_token), (None, None, None));
     }
 
     #[test]
@@ -157,68 +384,64 @@ mod tests {
         s.profile.picker = PickerSpec::MaxScore {
             max_num_of_endpoints: 2,
         };
-        let out = Picker::new(1).decide(Some(&s), false, "/v1/completions", Some(BODY), |_| 0);
-        let Outcome::Route {
-            destination,
-            primary,
-        } = out
-        else {
-            panic!("{out:?}")
-        };
-        assert_eq!(destination, "10.0.0.2:8000,10.0.0.3:8000");
-        assert_eq!(primary, "10.0.0.2:8000");
+        let r = route(decide(Some(&s), &FilterConfig::default(), &completion()));
+        assert_eq!(r.destination, "10.0.0.2:8000,10.0.0.3:8000");
+        assert_eq!(r.primary, "10.0.0.2:8000");
     }
 
     #[test]
     fn no_snapshot_fails_closed_or_open() {
-        let mut p = Picker::new(1);
+        let closed = FilterConfig::default();
         assert_eq!(
-            p.decide(None, false, "/v1/completions", Some(BODY), |_| 0),
-            Outcome::Reject(InferenceError::NoSnapshot)
+            rejection(decide(None, &closed, &completion())),
+            InferenceError::NoSnapshot
         );
-        assert_eq!(
-            p.decide(None, true, "/v1/completions", Some(BODY), |_| 0),
-            Outcome::Unrouted
-        );
+        let open = FilterConfig {
+            fail_open: true,
+            ..FilterConfig::default()
+        };
+        assert_eq!(decide(None, &open, &completion()), Outcome::Unrouted);
     }
 
     #[test]
     fn errors_follow_upstream() {
-        let mut p = Picker::new(1);
+        let config = FilterConfig::default();
         let empty = snapshot(vec![]);
-        let Outcome::Reject(e) =
-            p.decide(Some(&empty), false, "/v1/completions", Some(BODY), |_| 0)
-        else {
-            panic!()
-        };
+        let e = rejection(decide(Some(&empty), &config, &completion()));
         assert_eq!(
             (e.status(), e.dropped_reason()),
             (503, Some("rejected-no-endpoints"))
         );
+        let models = Incoming {
+            path: "/v1/models",
+            ..Incoming::default()
+        };
         assert_eq!(
-            p.decide(Some(&empty), false, "/v1/models", None, |_| 0),
-            Outcome::Reject(InferenceError::NoPods)
+            rejection(decide(Some(&empty), &config, &models)),
+            InferenceError::NoPods
         );
         let s = snapshot(vec![endpoint(1, 0, 0.0)]);
-        let Outcome::Reject(e) = p.decide(Some(&s), false, "/v1/completions", Some(b"{"), |_| 0)
-        else {
-            panic!()
+        let bad = Incoming {
+            body: Some(b"{"),
+            ..completion()
         };
-        assert_eq!(e.status(), 400);
+        assert_eq!(rejection(decide(Some(&s), &config, &bad)).status(), 400);
     }
 
     #[test]
     fn header_only_requests_go_to_a_random_endpoint() {
         let s = snapshot(vec![endpoint(1, 0, 0.0), endpoint(2, 0, 0.0)]);
         let mut p = Picker::new(9);
-        let mut seen = std::collections::BTreeSet::new();
-        for _ in 0..50 {
-            if let Outcome::Route { primary, .. } =
-                p.decide(Some(&s), false, "/v1/models", None, |_| 0)
-            {
-                seen.insert(primary);
-            }
-        }
+        let store = MemoryStore::new(4);
+        let models = Incoming {
+            path: "/v1/models",
+            ..Incoming::default()
+        };
+        let seen: std::collections::BTreeSet<String> = (0..50)
+            .map(|_| {
+                route(p.decide(Some(&s), &FilterConfig::default(), &models, |_| 0, &store)).primary
+            })
+            .collect();
         assert_eq!(seen.len(), 2);
     }
 
@@ -234,14 +457,153 @@ mod tests {
         for seed in 0..10 {
             let out = Picker::new(seed).decide(
                 Some(&s),
-                false,
-                "/v1/completions",
-                Some(BODY),
+                &FilterConfig::default(),
+                &completion(),
                 busy_first,
+                &MemoryStore::new(4),
             );
+            assert_eq!(route(out).primary, "10.0.0.2:8000");
+        }
+    }
+
+    #[test]
+    fn subset_header_restricts_the_pick_by_ip() {
+        let s = snapshot(vec![
+            endpoint(1, 0, 0.0),
+            endpoint(2, 9, 0.9),
+            endpoint(3, 9, 0.9),
+        ]);
+        let config = FilterConfig::default();
+        let subset = Incoming {
+            subset: Some("10.0.0.2:9999, 10.0.0.3"),
+            ..completion()
+        };
+        let r = route(decide(Some(&s), &config, &subset));
+        assert!(
+            r.primary == "10.0.0.2:8000" || r.primary == "10.0.0.3:8000",
+            "{r:?}"
+        );
+        let outside = Incoming {
+            subset: Some("10.9.9.9"),
+            ..completion()
+        };
+        let e = rejection(decide(Some(&s), &config, &outside));
+        assert_eq!(e.dropped_reason(), Some("rejected-no-endpoints"));
+        let empty = Incoming {
+            subset: Some(""),
+            ..completion()
+        };
+        assert_eq!(rejection(decide(Some(&s), &config, &empty)).status(), 503);
+        assert_eq!(split_host_port("[fd00::1]:80"), Some(("fd00::1", Some(80))));
+        assert_eq!(split_host_port("fd00::1"), Some(("fd00::1", None)));
+        assert_eq!(split_host_port("10.0.0.1:x"), None);
+        assert_eq!(split_host_port(""), None);
+    }
+
+    #[test]
+    fn sheddable_requests_are_rejected_when_saturated() {
+        let now = 1_000_000;
+        let mut busy = endpoint(1, 9, 0.9);
+        busy.metrics.updated_unix_ms = Some(now);
+        let mut s = snapshot(vec![busy]);
+        s.objectives.insert("batch".into(), -1);
+        s.objectives.insert("chat".into(), 10);
+        let config = FilterConfig::default();
+        let shed = Incoming {
+            objective: Some("batch"),
+            now_unix_ms: now,
+            ..completion()
+        };
+        let e = rejection(decide(Some(&s), &config, &shed));
+        assert_eq!((e.status(), e.code()), (429, "ResourceExhausted"));
+        for objective in [Some("chat"), Some("unknown"), None] {
+            let kept = Incoming {
+                objective,
+                now_unix_ms: now,
+                ..completion()
+            };
             assert!(
-                matches!(out, Outcome::Route { ref primary, .. } if primary == "10.0.0.2:8000")
+                matches!(decide(Some(&s), &config, &kept), Outcome::Route(_)),
+                "{objective:?}"
             );
         }
+        s.endpoints[0].metrics.waiting_queue_size = 0;
+        s.endpoints[0].metrics.kv_cache_usage = 0.1;
+        assert!(matches!(
+            decide(Some(&s), &config, &shed),
+            Outcome::Route(_)
+        ));
+    }
+
+    #[test]
+    fn model_rewrites_change_the_body_and_are_undone_on_the_way_back() {
+        let mut s = snapshot(vec![endpoint(1, 0, 0.0)]);
+        s.rewrites = vec![ModelRewrite {
+            name: "ns/r".into(),
+            rules: vec![RewriteRule {
+                matches: vec!["m".into()],
+                targets: vec![RewriteTarget {
+                    model: "m-lora".into(),
+                    weight: None,
+                }],
+            }],
+        }];
+        let r = route(decide(Some(&s), &FilterConfig::default(), &completion()));
+        let body: serde_json::Value = serde_json::from_slice(&r.body.unwrap_or_default()).unwrap();
+        assert_eq!(body["model"], "m-lora");
+        assert_eq!(body["prompt"], "hi");
+        assert_eq!(r.model_rewrite, Some(("m-lora".into(), "m".into())));
+        // The header forces a target when no rule matches.
+        s.rewrites.clear();
+        let forced = Incoming {
+            model_rewrite: Some("other"),
+            ..completion()
+        };
+        let r = route(decide(Some(&s), &FilterConfig::default(), &forced));
+        assert_eq!(r.model_rewrite, Some(("other".into(), "m".into())));
+    }
+
+    #[test]
+    fn session_tokens_round_trip() {
+        let mut s = snapshot(vec![endpoint(1, 0, 0.0), endpoint(2, 0, 0.0)]);
+        s.profile.scorers = vec![WeightedScorer {
+            name: "session-affinity-scorer".into(),
+            weight: 1.0,
+            scorer: ScorerSpec::SessionAffinity,
+        }];
+        let token = BASE64.encode("pod-2");
+        for seed in 0..10 {
+            let incoming = Incoming {
+                session_token: Some(&token),
+                ..completion()
+            };
+            let r = route(Picker::new(seed).decide(
+                Some(&s),
+                &FilterConfig::default(),
+                &incoming,
+                |_| 0,
+                &MemoryStore::new(4),
+            ));
+            assert_eq!(r.primary, "10.0.0.2:8000");
+            assert_eq!(r.session_token.as_deref(), Some(token.as_str()));
+        }
+    }
+
+    #[test]
+    fn explanations_list_the_pick_and_per_scorer_scores() {
+        let s = snapshot(vec![endpoint(1, 9, 0.9), endpoint(2, 0, 0.0)]);
+        let config = FilterConfig {
+            explain_decisions: true,
+            ..FilterConfig::default()
+        };
+        let r = route(decide(Some(&s), &config, &completion()));
+        assert_eq!(
+            r.explanation.as_deref(),
+            Some(
+                "picked=10.0.0.2:8000; \
+                 10.0.0.2:8000 total=4.000 queue-scorer=1.000 kv-cache-utilization-scorer=1.000 prefix-cache-scorer=0.000; \
+                 10.0.0.1:8000 total=0.200 queue-scorer=0.000 kv-cache-utilization-scorer=0.100 prefix-cache-scorer=0.000"
+            )
+        );
     }
 }

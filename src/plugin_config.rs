@@ -16,12 +16,27 @@ pub enum PluginConfig {
 }
 
 /// Settings of the HTTP filter.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct FilterConfig {
     /// With no snapshot yet: `false` (default, fail-close) answers 503; `true` (fail-open) lets
     /// the request continue without a destination, to whatever the route does without one.
     pub fail_open: bool,
+    /// Add a response header explaining the pick (chosen endpoint, top candidates with
+    /// per-scorer scores).
+    pub explain_decisions: bool,
+    /// Buckets of the shared prefix index (each holds up to 8 blocks); bounds its memory.
+    pub prefix_index_buckets: u32,
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        FilterConfig {
+            fail_open: false,
+            explain_decisions: false,
+            prefix_index_buckets: 16_384,
+        }
+    }
 }
 
 /// Settings of the snapshot poller.
@@ -90,11 +105,15 @@ mod tests {
     fn roles_and_defaults() {
         assert_eq!(
             PluginConfig::parse(b"").unwrap(),
-            PluginConfig::Filter(FilterConfig { fail_open: false })
+            PluginConfig::Filter(FilterConfig::default())
         );
         assert_eq!(
-            PluginConfig::parse(br#"{"failOpen": true}"#).unwrap(),
-            PluginConfig::Filter(FilterConfig { fail_open: true })
+            PluginConfig::parse(br#"{"failOpen": true, "explainDecisions": true}"#).unwrap(),
+            PluginConfig::Filter(FilterConfig {
+                fail_open: true,
+                explain_decisions: true,
+                ..FilterConfig::default()
+            })
         );
         let PluginConfig::Poller(p) =
             PluginConfig::parse(br#"{"role":"poller","longPollMs":1000}"#).unwrap()

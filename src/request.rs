@@ -12,22 +12,41 @@ pub enum Api {
     ChatCompletions,
     /// OpenAI `…/completions`.
     Completions,
-    /// Any other path: the body is not interpreted and only metric-based scorers apply.
+    /// OpenAI `…/responses`.
+    Responses,
+    /// OpenAI `…/embeddings`.
+    Embeddings,
+    /// Anthropic `…/messages`.
+    Messages,
+    /// Any other path (and Anthropic `…/messages/count_tokens`, forwarded raw): the body is not
+    /// interpreted and only metric-based scorers apply.
     Passthrough,
 }
+
+/// Path suffixes and their APIs, longest first so the longest match wins.
+const SUFFIXES: [(&str, Api); 6] = [
+    ("messages/count_tokens", Api::Passthrough),
+    ("chat/completions", Api::ChatCompletions),
+    ("completions", Api::Completions),
+    ("embeddings", Api::Embeddings),
+    ("responses", Api::Responses),
+    ("messages", Api::Messages),
+];
 
 impl Api {
     /// Selects the API from a request path (query string ignored).
     pub fn from_path(path: &str) -> Api {
         let path = path.split(['?', '#']).next().unwrap_or_default();
         let path = path.trim_end_matches('/');
-        if path.ends_with("chat/completions") {
-            Api::ChatCompletions
-        } else if path.ends_with("completions") {
-            Api::Completions
-        } else {
-            Api::Passthrough
-        }
+        SUFFIXES
+            .iter()
+            .find(|(suffix, _)| path.ends_with(suffix))
+            .map_or(Api::Passthrough, |&(_, api)| api)
+    }
+
+    /// Whether the body names a model that rewrites may change (every parsed API).
+    pub fn rewrites_model(self) -> bool {
+        self != Api::Passthrough
     }
 }
 
@@ -66,18 +85,36 @@ pub fn parse(api: Api, body: &[u8]) -> Result<InferenceRequest, InferenceError> 
             "model not found in request body".to_string(),
         ));
     }
-    let prompt = match api {
-        Api::ChatCompletions => chat_prompt(map.get("messages")).ok_or_else(|| {
-            InferenceError::BadRequest(
-                "invalid chat completions request: must have valid messages field".to_string(),
-            )
-        })?,
-        _ => completion_prompt(map.get("prompt")).ok_or_else(|| {
-            InferenceError::BadRequest(
-                "invalid completions request: must have prompt field".to_string(),
-            )
-        })?,
+    let (prompt, invalid) = match api {
+        Api::ChatCompletions => (
+            chat_prompt(map.get("messages")),
+            "invalid chat completions request: must have valid messages field",
+        ),
+        Api::Completions => (
+            completion_prompt(map.get("prompt")),
+            "invalid completions request: must have prompt field",
+        ),
+        Api::Embeddings => (
+            non_empty(map.get("input")).map(json_bytes),
+            "invalid embeddings request: must have input field",
+        ),
+        Api::Responses => (
+            map.get("input").map(|_| {
+                ["instructions", "tools", "input"]
+                    .iter()
+                    .filter_map(|k| map.get(*k))
+                    .flat_map(json_bytes)
+                    .collect()
+            }),
+            "invalid responses request: must have input field",
+        ),
+        Api::Messages => (
+            anthropic_prompt(&map),
+            "invalid messages request: must have valid messages field",
+        ),
+        Api::Passthrough => (Some(Vec::new()), ""),
     };
+    let prompt = prompt.ok_or_else(|| InferenceError::BadRequest(invalid.to_string()))?;
     Ok(InferenceRequest {
         model,
         stream: map.get("stream").and_then(Value::as_bool).unwrap_or(false),
@@ -92,22 +129,53 @@ pub fn parse(api: Api, body: &[u8]) -> Result<InferenceRequest, InferenceError> 
 
 /// Role and text of every message, in order; `None` when there are no valid messages.
 fn chat_prompt(messages: Option<&Value>) -> Option<Vec<u8>> {
-    let messages = messages?.as_array().filter(|m| !m.is_empty())?;
     let mut out = Vec::new();
+    push_messages(&mut out, messages)?;
+    Some(out)
+}
+
+/// Anthropic messages: the tools, the system text, then every message's role and text.
+fn anthropic_prompt(map: &serde_json::Map<String, Value>) -> Option<Vec<u8>> {
+    let mut out = map.get("tools").map(json_bytes).unwrap_or_default();
+    push_text(&mut out, map.get("system"));
+    push_messages(&mut out, map.get("messages"))?;
+    Some(out)
+}
+
+fn push_messages(out: &mut Vec<u8>, messages: Option<&Value>) -> Option<()> {
+    let messages = messages?.as_array().filter(|m| !m.is_empty())?;
     for message in messages {
         let message = message.as_object()?;
         out.extend_from_slice(message.get("role")?.as_str()?.as_bytes());
-        match message.get("content") {
-            Some(Value::String(text)) => out.extend_from_slice(text.as_bytes()),
-            Some(Value::Array(blocks)) => {
-                for text in blocks.iter().filter_map(|b| b.get("text")?.as_str()) {
-                    out.extend_from_slice(text.as_bytes());
-                }
-            }
-            _ => {}
-        }
+        push_text(out, message.get("content"));
     }
-    Some(out)
+    Some(())
+}
+
+/// A string, or the `text` of each block of an array.
+fn push_text(out: &mut Vec<u8>, content: Option<&Value>) {
+    match content {
+        Some(Value::String(text)) => out.extend_from_slice(text.as_bytes()),
+        Some(Value::Array(blocks)) => {
+            for text in blocks.iter().filter_map(|b| b.get("text")?.as_str()) {
+                out.extend_from_slice(text.as_bytes());
+            }
+        }
+        _ => {}
+    }
+}
+
+fn non_empty(value: Option<&Value>) -> Option<&Value> {
+    value.filter(|v| match v {
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Null => false,
+        _ => true,
+    })
+}
+
+fn json_bytes(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
 }
 
 /// The prompt string(s) or token IDs as bytes; `None` when the prompt is missing or empty.
@@ -155,6 +223,15 @@ mod tests {
         assert_eq!(Api::from_path("/v1/completions"), Api::Completions);
         assert_eq!(Api::from_path("/openai/v1/completions/"), Api::Completions);
         assert_eq!(Api::from_path("/v1/models"), Api::Passthrough);
+        assert_eq!(Api::from_path("/v1/embeddings"), Api::Embeddings);
+        assert_eq!(Api::from_path("/v1/responses"), Api::Responses);
+        assert_eq!(Api::from_path("/v1/messages"), Api::Messages);
+        assert_eq!(
+            Api::from_path("/v1/messages/count_tokens"),
+            Api::Passthrough
+        );
+        assert!(!Api::Passthrough.rewrites_model());
+        assert!(Api::Messages.rewrites_model());
     }
 
     #[test]
@@ -208,6 +285,35 @@ mod tests {
             br#"{"model":"m","messages":[3]}"#
         ))
         .contains("messages"));
+    }
+
+    #[test]
+    fn embeddings_responses_and_anthropic_messages() {
+        let r = parse(Api::Embeddings, br#"{"model":"e","input":["a","b"]}"#).unwrap();
+        assert_eq!(
+            (r.model.as_str(), r.prompt.as_slice()),
+            ("e", br#"["a","b"]"#.as_slice())
+        );
+        assert_eq!(
+            bad_request(parse(Api::Embeddings, br#"{"model":"e","input":""}"#)),
+            "invalid embeddings request: must have input field"
+        );
+        let r = parse(
+            Api::Responses,
+            br#"{"model":"r","instructions":"be brief","input":"hi"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.prompt, br#""be brief""hi""#);
+        assert_eq!(
+            bad_request(parse(Api::Responses, br#"{"model":"r"}"#)),
+            "invalid responses request: must have input field"
+        );
+        let body = br#"{"model":"claude","system":"S","messages":[{"role":"user","content":[{"type":"text","text":"Q"}]}]}"#;
+        assert_eq!(parse(Api::Messages, body).unwrap().prompt, b"SuserQ");
+        assert!(
+            bad_request(parse(Api::Messages, br#"{"model":"c","messages":[]}"#))
+                .contains("messages")
+        );
     }
 
     #[test]

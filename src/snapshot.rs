@@ -1,5 +1,9 @@
 //! The versioned snapshot the controller serves and every Envoy worker reads.
 //!
+//! Decoding ignores fields it does not know, so a filter keeps working with a newer
+//! controller during an upgrade (a plugin type it does not know still fails the snapshot,
+//! and the filter keeps the previous one).
+//!
 //! The controller builds it (endpoints, their latest scraped metrics with freshness, and the
 //! compiled scheduling profile) and serves it as JSON; the filter's poller stores the JSON in
 //! proxy-wasm shared data and each worker decodes it again only when the version changes.
@@ -12,7 +16,6 @@ use crate::scheduler::profile::Profile;
 
 /// One complete view of the pool at a point in time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Snapshot {
     /// Strictly increasing for one controller process; a consumer keeps the newest it has seen.
     pub version: u64,
@@ -22,11 +25,46 @@ pub struct Snapshot {
     pub profile: Profile,
     /// Every endpoint of the pool, in a stable order.
     pub endpoints: Vec<Endpoint>,
+    /// InferenceObjective priorities by objective name (requests name one in
+    /// `x-llm-d-inference-objective`; unknown or none → priority 0).
+    #[serde(default)]
+    pub objectives: BTreeMap<String, i32>,
+    /// InferenceModelRewrite objects, oldest first (the oldest matching object wins).
+    #[serde(default)]
+    pub rewrites: Vec<ModelRewrite>,
+}
+
+/// One InferenceModelRewrite object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRewrite {
+    /// `namespace/name` of the object.
+    pub name: String,
+    /// Rules in list order.
+    pub rules: Vec<RewriteRule>,
+}
+
+/// One rule: which incoming models it matches and the weighted targets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewriteRule {
+    /// Exact model names matched (OR); empty = catch-all.
+    #[serde(default)]
+    pub matches: Vec<String>,
+    /// Targets to rewrite to.
+    pub targets: Vec<RewriteTarget>,
+}
+
+/// A rewrite target with its optional weight (1..1,000,000).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewriteTarget {
+    /// The model name requests are rewritten to.
+    pub model: String,
+    /// Relative weight; `None` when the rule's targets are unweighted.
+    #[serde(default)]
+    pub weight: Option<u32>,
 }
 
 /// One model-server endpoint (one `ip:port`; a pod with several target ports is several).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Endpoint {
     /// Stable identity, `namespace/name` when a namespace is known, else `name`.
     pub name: String,
@@ -56,7 +94,7 @@ impl Endpoint {
 /// Metrics scraped from one endpoint's `/metrics`. A failed scrape keeps the previous values and
 /// does not move `updated_unix_ms`; an endpoint never scraped successfully has it `None`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct Metrics {
     /// `vllm:num_requests_waiting`.
     pub waiting_queue_size: u64,
@@ -88,5 +126,41 @@ impl Snapshot {
     pub fn to_json(&self) -> Vec<u8> {
         // Serialising plain data structures with string keys cannot fail.
         serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn round_trips_and_tolerates_fields_from_newer_controllers() {
+        let snapshot = Snapshot {
+            version: 7,
+            generated_unix_ms: 1,
+            profile: Profile::default(),
+            endpoints: vec![Endpoint {
+                name: "ns/a".into(),
+                address: "fd00::1".into(),
+                port: 8000,
+                labels: BTreeMap::new(),
+                metrics: Metrics::default(),
+            }],
+            objectives: BTreeMap::from([("batch".to_string(), -1)]),
+            rewrites: Vec::new(),
+        };
+        assert_eq!(
+            Snapshot::from_json(&snapshot.to_json()),
+            Ok(snapshot.clone())
+        );
+        assert_eq!(snapshot.endpoints[0].host_port(), "[fd00::1]:8000");
+        let mut value: serde_json::Value = serde_json::from_slice(&snapshot.to_json()).unwrap();
+        value["future_field"] = serde_json::json!(1);
+        value["endpoints"][0]["metrics"]["future_metric"] = serde_json::json!(2.5);
+        let decoded = Snapshot::from_json(&serde_json::to_vec(&value).unwrap()).unwrap();
+        assert_eq!(decoded, snapshot);
+        assert!(Snapshot::from_json(b"{\"version\": 1}").is_err());
     }
 }

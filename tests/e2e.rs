@@ -10,61 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Scrape interval used by these tests (the controller's default is 50 ms).
-const INTERVAL_MS: u64 = 100;
-
-struct Fleet {
-    sims: Vec<Sim>,
-    controller: Controller,
-    envoy: Envoy,
-    _scratch: Scratch,
-}
-
-/// Simulators `names`, a controller discovering them from a file, and Envoy.
-fn fleet(name: &str, names: &[&str], concurrency: u32) -> Fleet {
-    let scratch = Scratch::new(name);
-    let sims: Vec<Sim> = names.iter().map(|n| Sim::start(&scratch, n, &[])).collect();
-    let file = endpoints_file(&scratch, &sims.iter().collect::<Vec<_>>());
-    let interval = format!("{INTERVAL_MS}ms");
-    let controller = Controller::start(
-        &scratch,
-        &interval,
-        &["--endpoints-file", file.to_str().unwrap_or_default()],
-    );
-    let envoy = Envoy::start(
-        &scratch,
-        EnvoyOptions {
-            concurrency,
-            controller_port: controller.port,
-            fallback_port: free_port(),
-            fail_open: false,
-        },
-    );
-    Fleet {
-        sims,
-        controller,
-        envoy,
-        _scratch: scratch,
-    }
-}
-
-/// A prompt no other request has used, so prefix affinity plays no part.
-fn unique(tag: &str) -> String {
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    format!(
-        "{tag} {}",
-        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-    )
-}
-
-/// The instance that serves `n` requests in a row, if it is always the same one.
-fn sticky_instance(envoy: &Envoy, n: usize) -> Option<String> {
-    let first = envoy.complete(&unique("which"), &[]).instance().to_string();
-    (0..n)
-        .all(|_| envoy.complete(&unique("which"), &[]).instance() == first)
-        .then_some(first)
-}
-
 fn picks_follow_load(concurrency: u32) {
     let f = fleet("load", &["busy", "medium", "idle"], concurrency);
     let [busy, medium, idle] = &f.sims[..] else {
@@ -257,10 +202,8 @@ fn without_a_snapshot_the_filter_fails_closed_unless_configured_open() {
     let closed = Envoy::start(
         &scratch,
         EnvoyOptions {
-            concurrency: 1,
-            controller_port: no_controller,
             fallback_port: fallback.port,
-            fail_open: false,
+            ..EnvoyOptions::with_controller(no_controller)
         },
     );
     let reply = closed.complete("x", &[]);
@@ -278,10 +221,9 @@ fn without_a_snapshot_the_filter_fails_closed_unless_configured_open() {
     let open = Envoy::start(
         &scratch,
         EnvoyOptions {
-            concurrency: 1,
-            controller_port: no_controller,
             fallback_port: fallback.port,
             fail_open: true,
+            ..EnvoyOptions::with_controller(no_controller)
         },
     );
     let reply = open.complete("x", &[("x-gateway-destination-endpoint", "127.0.0.1:1")]);
@@ -351,9 +293,7 @@ fn in_flight_counts_are_shared_by_workers_and_released() {
         &scratch,
         EnvoyOptions {
             concurrency: 2,
-            controller_port: controller.port,
-            fallback_port: free_port(),
-            fail_open: false,
+            ..EnvoyOptions::with_controller(controller.port)
         },
     );
     envoy.wait_for_snapshot();

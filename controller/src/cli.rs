@@ -14,6 +14,7 @@ use wasm_epp::snapshot::Endpoint;
 use crate::config::{self, PickerConfig};
 use crate::discovery::file::FileSource;
 use crate::discovery::Source;
+use crate::manifests::{self, ManifestSource, PoolSelector};
 use crate::scrape::ScrapeSettings;
 
 /// The scrape timeout is capped at this many refresh intervals.
@@ -33,6 +34,21 @@ pub struct Cli {
     /// `dataLayer.discovery` naming a `file-discovery` plugin (the two cannot be combined).
     #[arg(long, value_name = "PATH")]
     pub endpoints_file: Option<PathBuf>,
+
+    /// InferenceObjective / InferenceModelRewrite manifests: a multi-document YAML file, or a
+    /// directory of `*.yaml`/`*.yml` files. Re-read when they change.
+    #[arg(long, value_name = "PATH")]
+    pub manifests: Option<PathBuf>,
+
+    /// The InferencePool this controller serves: only manifests whose `spec.poolRef.name` is
+    /// this pool (and whose namespace is --pool-namespace) are used. Without it, every manifest
+    /// is used whatever its poolRef.
+    #[arg(long, value_name = "NAME")]
+    pub pool_name: Option<String>,
+
+    /// Namespace of the pool; also the namespace of manifests that name none.
+    #[arg(long, value_name = "NAMESPACE", default_value = manifests::DEFAULT_POOL_NAMESPACE)]
+    pub pool_namespace: String,
 
     /// Address of the snapshot API.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9002")]
@@ -78,6 +94,8 @@ pub struct Settings {
     pub long_poll_max: Duration,
     /// Config warnings to log at startup.
     pub warnings: Vec<String>,
+    /// The `--manifests` objects loaded at startup, and their source to watch.
+    pub manifests: Option<manifests::Startup>,
 }
 
 /// A startup error: a bad flag, config or endpoints file. Shown as one line,
@@ -143,6 +161,16 @@ impl Settings {
                 cli.metrics_path
             )));
         }
+        if cli
+            .pool_name
+            .as_deref()
+            .is_some_and(|n| n.trim().is_empty())
+        {
+            return Err(StartupError::flag("--pool-name: must not be empty"));
+        }
+        if cli.pool_namespace.trim().is_empty() {
+            return Err(StartupError::flag("--pool-namespace: must not be empty"));
+        }
         let config = match &cli.config_file {
             Some(path) => config::load(path)
                 .map_err(|e| StartupError::in_file(path.display().to_string(), e))?,
@@ -168,6 +196,32 @@ impl Settings {
         let endpoints = source
             .load()
             .map_err(|e| StartupError::in_file(source.origin(), e))?;
+        let mut warnings = config.warnings;
+        let manifests = match cli.manifests {
+            Some(path) => {
+                let source = ManifestSource {
+                    path,
+                    pool: PoolSelector {
+                        name: cli.pool_name,
+                        namespace: cli.pool_namespace,
+                    },
+                };
+                let startup = source
+                    .load()
+                    .map_err(|e| StartupError::in_file(e.file, e.message))?;
+                warnings.extend(startup.loaded.warnings.iter().cloned());
+                Some(startup)
+            }
+            None => {
+                if cli.pool_name.is_some() {
+                    warnings.push(
+                        "--pool-name has no effect without --manifests (endpoints come from file discovery)"
+                            .to_string(),
+                    );
+                }
+                None
+            }
+        };
         let cap = cli.refresh_metrics_interval * TIMEOUT_INTERVALS;
         Ok(Settings {
             profile: config.profile,
@@ -181,7 +235,8 @@ impl Settings {
                 path: cli.metrics_path,
             },
             long_poll_max: cli.long_poll_max,
-            warnings: config.warnings,
+            warnings,
+            manifests,
         })
     }
 }
@@ -361,6 +416,95 @@ mod tests {
             err.to_string(),
             format!("{}: {}", endpoints.display(), err.message)
         );
+    }
+
+    #[test]
+    fn manifests_and_pool_flags() {
+        let endpoints = temp_file("manifests-endpoints.yaml", "endpoints: []\n");
+        let endpoints = endpoints.to_str().unwrap();
+        let settings = Settings::resolve(cli(&["--endpoints-file", endpoints])).unwrap();
+        assert_eq!(settings.manifests, None);
+
+        let manifests = temp_file(
+            "manifests.yaml",
+            "apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferenceObjective\nmetadata: {name: batch}\nspec: {priority: -1, poolRef: {name: p}}\n---\napiVersion: llm-d.ai/v1alpha2\nkind: InferenceObjective\nmetadata: {name: other}\nspec: {poolRef: {name: q}}\n",
+        );
+        let path = manifests.to_str().unwrap();
+        let settings =
+            Settings::resolve(cli(&["--endpoints-file", endpoints, "--manifests", path])).unwrap();
+        let startup = settings.manifests.unwrap();
+        assert_eq!(startup.source.pool, PoolSelector::default());
+        assert_eq!(startup.loaded.manifests.objectives.len(), 2);
+        assert_eq!(startup.files.len(), 1);
+        assert!(
+            settings.warnings.iter().any(|w| w.contains("deprecated")),
+            "{:?}",
+            settings.warnings
+        );
+
+        let settings = Settings::resolve(cli(&[
+            "--endpoints-file",
+            endpoints,
+            "--manifests",
+            path,
+            "--pool-name",
+            "p",
+        ]))
+        .unwrap();
+        let startup = settings.manifests.unwrap();
+        assert_eq!(startup.source.pool.name.as_deref(), Some("p"));
+        assert_eq!(startup.source.pool.namespace, "default");
+        let names: Vec<_> = startup.loaded.manifests.objectives.keys().collect();
+        assert_eq!(names, ["batch"]);
+        assert_eq!(startup.loaded.ignored, 1);
+
+        // Objects without a namespace are taken to be in the pool's namespace.
+        let settings = Settings::resolve(cli(&[
+            "--endpoints-file",
+            endpoints,
+            "--manifests",
+            path,
+            "--pool-name",
+            "p",
+            "--pool-namespace",
+            "llm",
+        ]))
+        .unwrap();
+        let startup = settings.manifests.unwrap();
+        assert_eq!(startup.source.pool.namespace, "llm");
+        let names: Vec<_> = startup.loaded.manifests.objectives.keys().collect();
+        assert_eq!(names, ["batch"]);
+
+        // --pool-name without --manifests only warns.
+        let settings =
+            Settings::resolve(cli(&["--endpoints-file", endpoints, "--pool-name", "p"])).unwrap();
+        assert!(settings.warnings.iter().any(|w| w.contains("--pool-name")));
+
+        let bad = temp_file(
+            "bad-manifests.yaml",
+            "apiVersion: llm-d.ai/v1alpha2\nkind: InferenceObjective\nmetadata: {name: x}\nspec: {priority: high, poolRef: {name: p}}\n",
+        );
+        let err = Settings::resolve(cli(&[
+            "--endpoints-file",
+            endpoints,
+            "--manifests",
+            bad.to_str().unwrap(),
+        ]))
+        .unwrap_err();
+        assert_eq!(err.file.as_deref(), bad.to_str());
+        assert!(
+            err.message
+                .starts_with("document 1 (InferenceObjective \"x\"): spec.priority: invalid type"),
+            "{err}"
+        );
+        for args in [
+            vec!["--endpoints-file", endpoints, "--pool-name", ""],
+            vec!["--endpoints-file", endpoints, "--pool-namespace", " "],
+        ] {
+            let err = Settings::resolve(cli(&args)).unwrap_err();
+            assert_eq!(err.file, None, "{args:?}");
+            assert!(err.message.starts_with("--pool-"), "{args:?}: {err}");
+        }
     }
 
     #[test]

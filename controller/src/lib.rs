@@ -4,7 +4,8 @@
 //!
 //! Data flow: [`discovery`] → [`store`] ← [`scrape`] (via [`prometheus`] and [`extract`]);
 //! [`serve`] hands the store's snapshots to Envoy and [`admin`] exposes health and metrics.
-//! [`cli`] and [`config`] turn flags and files into the settings `main` wires together.
+//! [`cli`] and [`config`] turn flags and files into the settings `main` wires together;
+//! [`manifests`] loads and watches InferenceObjective / InferenceModelRewrite objects.
 
 pub mod log;
 
@@ -12,8 +13,10 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod discovery;
+pub mod eds;
 pub mod extract;
 pub mod http;
+pub mod manifests;
 pub mod prometheus;
 pub mod scrape;
 pub mod serve;

@@ -10,7 +10,7 @@ use wasm_epp_controller::cli::{Cli, Settings, StartupError};
 use wasm_epp_controller::store::Store;
 use wasm_epp_controller::{admin, config, log, scrape, serve};
 
-/// Exit status for bad flags, config or endpoints files.
+/// Exit status for bad flags, config, endpoints or manifests files.
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
@@ -63,8 +63,22 @@ async fn run(settings: Settings) -> Result<(), String> {
         settings.scrape.timeout,
     );
 
-    let store = Arc::new(Store::new(settings.profile, settings.endpoints));
-    let tasks = [
+    let (manifests, manifests_watch) = match settings.manifests {
+        Some(startup) => {
+            log!("manifests: {}", startup.describe());
+            (
+                startup.loaded.manifests,
+                Some((startup.source, startup.files)),
+            )
+        }
+        None => Default::default(),
+    };
+    let store = Arc::new(Store::with_manifests(
+        settings.profile,
+        settings.endpoints,
+        manifests,
+    ));
+    let mut tasks = vec![
         tokio::spawn(settings.source.watch(store.clone())),
         tokio::spawn(scrape::run(store.clone(), settings.scrape)),
         tokio::spawn(serve::run(
@@ -72,8 +86,11 @@ async fn run(settings: Settings) -> Result<(), String> {
             store.clone(),
             settings.long_poll_max,
         )),
-        tokio::spawn(admin::run(admin_listener, store)),
+        tokio::spawn(admin::run(admin_listener, store.clone())),
     ];
+    if let Some((source, files)) = manifests_watch {
+        tasks.push(tokio::spawn(source.watch(store, files)));
+    }
     let signal = shutdown_signal().await;
     log!("received {signal}, shutting down");
     for task in tasks {

@@ -7,27 +7,102 @@
 //!   `wait_ms` there is no wait.
 //!
 //! Every answer carries `x-snapshot-version` (on a 304, the current version).
+//!
+//! The same listener serves EDS for Envoy's REST-JSON xDS: `POST /v3/discovery:endpoints`
+//! (see [`crate::eds`]).
 
+use std::convert::Infallible;
+use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::{Body, Incoming};
 use hyper::header::{HeaderValue, CACHE_CONTROL};
-use hyper::{StatusCode, Uri};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::eds;
 use crate::http::{self, Reply};
+use crate::log;
 use crate::store::{Counters, Published, Store, Wait};
 
 /// The response header carrying the snapshot version.
 pub const VERSION_HEADER: &str = "x-snapshot-version";
 
-/// Serves the snapshot API on `listener` forever.
+/// Serves the snapshot API and EDS on `listener` forever. (Like [`http::serve`], which passes
+/// handlers only GET URIs, but EDS needs the POST body.)
 pub async fn run(listener: TcpListener, store: Arc<Store>, long_poll_max: Duration) {
-    http::serve(listener, "snapshot API", move |uri| {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Typically out of file descriptors; back off instead of spinning.
+                log!("snapshot API: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
         let store = store.clone();
-        async move { handle(&store, long_poll_max, &uri).await }
-    })
-    .await
+        tokio::spawn(async move {
+            let service = service_fn(move |request: Request<Incoming>| {
+                let store = store.clone();
+                async move { Ok::<_, Infallible>(route(&store, long_poll_max, request).await) }
+            });
+            // Connection errors (client went away mid-request) concern only that client.
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// Answers one request: `POST /v3/discovery:endpoints` → EDS, `GET` → [`handle`], anything
+/// else → 405.
+pub async fn route<B>(store: &Store, long_poll_max: Duration, request: Request<B>) -> Reply
+where
+    B: Body,
+    B::Error: Into<Box<dyn Error + Send + Sync>>,
+{
+    let is_eds = request.uri().path() == eds::PATH;
+    match *request.method() {
+        Method::POST if is_eds => {
+            let body = match Limited::new(request.into_body(), eds::MAX_REQUEST_BYTES)
+                .collect()
+                .await
+            {
+                Ok(body) => body.to_bytes(),
+                Err(e) => {
+                    let status = if e.downcast_ref::<LengthLimitError>().is_some() {
+                        StatusCode::PAYLOAD_TOO_LARGE
+                    } else {
+                        StatusCode::BAD_REQUEST
+                    };
+                    return http::reply(
+                        status,
+                        http::TEXT,
+                        format!("cannot read the request body: {e}\n"),
+                    );
+                }
+            };
+            eds::reply(&store.current().snapshot, &body)
+        }
+        _ if is_eds => http::reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            http::TEXT,
+            "only POST is supported\n",
+        ),
+        Method::GET => handle(store, long_poll_max, request.uri()).await,
+        _ => http::reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            http::TEXT,
+            "only GET is supported\n",
+        ),
+    }
 }
 
 /// Answers one GET request for `uri`.
@@ -168,6 +243,51 @@ mod tests {
         assert_eq!(status, StatusCode::NOT_MODIFIED);
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(Counters::get(&store.counters().snapshot_not_modified), 1);
+    }
+
+    async fn send(store: &Store, method: Method, path: &str, body: &str) -> (StatusCode, Vec<u8>) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                body.to_string(),
+            )))
+            .unwrap();
+        let reply = route(store, Duration::from_secs(1), request).await;
+        let status = reply.status();
+        let body = reply.into_body().collect().await.unwrap().to_bytes();
+        (status, body.to_vec())
+    }
+
+    #[tokio::test]
+    async fn the_listener_routes_eds_posts_and_snapshot_gets() {
+        let store = store();
+        let (status, body) = send(
+            &store,
+            Method::POST,
+            eds::PATH,
+            r#"{"resource_names": ["inference_pool"], "node": {"id": "n"}}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let response: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let address = &response["resources"][0]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+            ["address"]["socket_address"];
+        assert_eq!(address["address"], "10.0.0.1");
+        assert_eq!(address["port_value"], 8000);
+        let (status, body) = send(&store, Method::GET, "/v1/snapshot", "").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(Snapshot::from_json(&body).unwrap().endpoints.len(), 1);
+
+        let (status, _) = send(&store, Method::GET, eds::PATH, "").await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        let (status, _) = send(&store, Method::POST, "/v1/snapshot", "").await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        let (status, _) = send(&store, Method::POST, eds::PATH, "{oops").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let huge = " ".repeat(eds::MAX_REQUEST_BYTES + 1);
+        let (status, _) = send(&store, Method::POST, eds::PATH, &huge).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     }
 
     #[tokio::test]

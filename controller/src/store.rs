@@ -2,7 +2,8 @@
 //! status — and the versioned snapshot built from it.
 //!
 //! Whenever the state changes in a way the snapshot shows (endpoints, labels, metrics,
-//! freshness times, profile), a new snapshot is published on a [`watch`] channel with a new
+//! freshness times, profile, InferenceObjective priorities, InferenceModelRewrite rules), a new
+//! snapshot is published on a [`watch`] channel with a new
 //! version `max(previous + 1, now_unix_ms)`: strictly increasing within a process and, because
 //! it follows the wall clock, across restarts. Long-polls wait on that channel, so waiting is
 //! cheap and each snapshot is encoded once however many pollers read it.
@@ -20,6 +21,7 @@ use wasm_epp::scheduler::profile::Profile;
 use wasm_epp::snapshot::{Endpoint, Metrics, Snapshot};
 
 use crate::log::now_unix_ms;
+use crate::manifests::Manifests;
 
 /// A published snapshot with its encoded form.
 #[derive(Debug)]
@@ -150,6 +152,8 @@ struct State {
     profile: Profile,
     /// Sorted by key.
     entries: Vec<Entry>,
+    /// Objectives and rewrites from `--manifests` (empty without it).
+    manifests: Manifests,
     rounds_completed: u64,
 }
 
@@ -165,9 +169,20 @@ impl Store {
     /// Creates the store from the profile and the endpoints discovery loaded at startup, and
     /// publishes the first snapshot (endpoints with empty metrics) at once.
     pub fn new(profile: Profile, endpoints: Vec<Endpoint>) -> Store {
+        Store::with_manifests(profile, endpoints, Manifests::default())
+    }
+
+    /// Like [`new`](Self::new), with the InferenceObjectives and InferenceModelRewrites loaded
+    /// at startup in the first snapshot.
+    pub fn with_manifests(
+        profile: Profile,
+        endpoints: Vec<Endpoint>,
+        manifests: Manifests,
+    ) -> Store {
         let state = State {
             profile,
             entries: entries_from(endpoints, HashMap::new()),
+            manifests,
             rounds_completed: 0,
         };
         let first = build(&state, next_version(0, now_unix_ms()));
@@ -204,6 +219,14 @@ impl Store {
             .map(|entry| (EndpointKey::of(&entry.endpoint), entry))
             .collect();
         state.entries = entries_from(endpoints, previous);
+        self.publish_if_changed(&state)
+    }
+
+    /// Replaces the objectives and rewrites. Publishes a snapshot if they changed and returns
+    /// whether it did.
+    pub fn set_manifests(&self, manifests: Manifests) -> bool {
+        let mut state = self.lock();
+        state.manifests = manifests;
         self.publish_if_changed(&state)
     }
 
@@ -335,6 +358,8 @@ impl Store {
     fn publish_if_changed(&self, state: &State) -> bool {
         let current = self.current();
         let unchanged = current.snapshot.profile == state.profile
+            && current.snapshot.objectives == state.manifests.objectives
+            && current.snapshot.rewrites == state.manifests.rewrites
             && current
                 .snapshot
                 .endpoints
@@ -387,6 +412,8 @@ fn build(state: &State, version: u64) -> Published {
             .iter()
             .map(|entry| entry.endpoint.clone())
             .collect(),
+        objectives: state.manifests.objectives.clone(),
+        rewrites: state.manifests.rewrites.clone(),
     };
     let json = Bytes::from(snapshot.to_json());
     Published { snapshot, json }
@@ -525,6 +552,56 @@ mod tests {
         store.record_scrape(&jobs[0].key, Ok(queue(1)), 1_000);
         let again: Vec<_> = store.begin_scrapes().into_iter().map(|j| j.key).collect();
         assert_eq!(again, [key("a", 1)], "b is still in flight");
+    }
+
+    fn manifests(priority: i32, rewrite_to: &str) -> Manifests {
+        use wasm_epp::snapshot::{ModelRewrite, RewriteRule, RewriteTarget};
+        Manifests {
+            objectives: [("batch".to_string(), priority)].into_iter().collect(),
+            rewrites: vec![ModelRewrite {
+                name: "default/r".to_string(),
+                rules: vec![RewriteRule {
+                    matches: vec!["m".to_string()],
+                    targets: vec![RewriteTarget {
+                        model: rewrite_to.to_string(),
+                        weight: None,
+                    }],
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn manifests_are_in_the_first_snapshot_and_changes_publish() {
+        let store = Store::with_manifests(
+            Profile::default(),
+            vec![endpoint("a", 1)],
+            manifests(-1, "x"),
+        );
+        let first = store.current();
+        assert_eq!(first.snapshot.objectives["batch"], -1);
+        assert_eq!(first.snapshot.rewrites[0].rules[0].targets[0].model, "x");
+        assert_eq!(Snapshot::from_json(&first.json).unwrap(), first.snapshot);
+
+        assert!(!store.set_manifests(manifests(-1, "x")), "unchanged");
+        assert_eq!(store.current().version(), first.version());
+        assert!(store.set_manifests(manifests(5, "x")));
+        let second = store.current();
+        assert!(second.version() > first.version());
+        assert_eq!(second.snapshot.objectives["batch"], 5);
+        assert!(store.set_manifests(manifests(5, "y")));
+        assert_eq!(
+            store.current().snapshot.rewrites[0].rules[0].targets[0].model,
+            "y"
+        );
+        assert!(store.set_manifests(Manifests::default()));
+        let cleared = store.current();
+        assert!(cleared.snapshot.objectives.is_empty() && cleared.snapshot.rewrites.is_empty());
+        assert_eq!(
+            cleared.snapshot.endpoints.len(),
+            1,
+            "endpoints are untouched"
+        );
     }
 
     #[tokio::test]

@@ -2,6 +2,7 @@
 //! scheduling profile does it. Plain Rust with no proxy-wasm types, tested natively and under
 //! wasm-bindgen-test.
 
+pub mod filters;
 pub mod pickers;
 pub mod prefix;
 pub mod profile;
@@ -10,19 +11,23 @@ pub mod scorers;
 
 use crate::errors::InferenceError;
 use crate::snapshot::Endpoint;
-use prefix::{PrefixIndex, PrefixMatch};
+use prefix::{BlockStore, PrefixMatch};
 use profile::{Profile, ScorerSpec};
 use rng::Rng;
 
 /// What the scheduler needs from the request.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Request<'a> {
-    /// The model the request targets (seeds the prefix hashes).
+    /// The model the request targets after rewrites (LoRA affinity, prefix hash seed).
     pub model: &'a str,
     /// Prompt bytes for the prefix-cache producer (empty: no prefix scoring).
     pub prompt: &'a [u8],
     /// The body's `cache_salt`.
     pub cache_salt: &'a str,
+    /// The endpoint name the request's session token names, if any.
+    pub session_endpoint: Option<&'a str>,
+    /// Wall-clock time, milliseconds since the Unix epoch (metrics freshness).
+    pub now_unix_ms: u64,
 }
 
 /// The outcome of scheduling one request.
@@ -30,35 +35,35 @@ pub struct Request<'a> {
 pub struct Decision {
     /// Indices into the endpoint slice, primary first, then fallbacks.
     pub picked: Vec<usize>,
-    /// Weighted total score per endpoint index (same order as the endpoint slice).
+    /// Indices of the endpoints that passed the filters, in endpoint order.
+    pub candidates: Vec<usize>,
+    /// Weighted total per candidate (same order as `candidates`).
     pub totals: Vec<f64>,
+    /// Each scorer's name and its clamped, unweighted score per candidate.
+    pub scores: Vec<(String, Vec<f64>)>,
 }
 
 /// Inputs every scorer may read: the candidates and what producers computed for the request.
 pub struct ScoringInput<'a> {
     /// Candidate endpoints.
-    pub endpoints: &'a [Endpoint],
+    pub endpoints: &'a [&'a Endpoint],
+    /// The request.
+    pub request: &'a Request<'a>,
     /// Prefix-cache match per candidate, when a prefix scorer is configured.
     pub prefix: Option<&'a PrefixMatch>,
     /// Requests this proxy has in flight per candidate (shared by all workers).
     pub in_flight: &'a [u64],
 }
 
-/// Mutable state the scheduler keeps between requests (learnt prefix index).
-#[derive(Debug, Default)]
-pub struct SchedulerState {
-    /// Which endpoint likely holds which prompt blocks, learnt from our routing decisions.
-    pub prefix_index: PrefixIndex,
-}
-
 /// Schedules one request over `endpoints` with `profile`, then records the decision in the
-/// prefix index. `in_flight` holds this proxy's in-flight count per endpoint (or is empty).
+/// prefix index `prefix_store`. `in_flight` holds this proxy's in-flight count per endpoint
+/// (or is empty).
 pub fn schedule(
     profile: &Profile,
     endpoints: &[Endpoint],
     in_flight: &[u64],
     request: &Request<'_>,
-    state: &mut SchedulerState,
+    prefix_store: &dyn BlockStore,
     rng: &mut Rng,
 ) -> Result<Decision, InferenceError> {
     if endpoints.is_empty() {
@@ -66,36 +71,60 @@ pub fn schedule(
             "failed to find endpoint candidates for serving the request".to_string(),
         ));
     }
+    let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
+    for filter in &profile.filters {
+        candidates = filters::apply(filter, endpoints, candidates, request);
+        if candidates.is_empty() {
+            return Err(InferenceError::FilteredOut);
+        }
+    }
+    let chosen: Vec<&Endpoint> = candidates
+        .iter()
+        .filter_map(|&i| endpoints.get(i))
+        .collect();
+    let counts: Vec<u64> = candidates
+        .iter()
+        .map(|&i| in_flight.get(i).copied().unwrap_or(0))
+        .collect();
     let prefix = profile.scorers.iter().find_map(|s| match &s.scorer {
-        ScorerSpec::PrefixCache(params) => Some(prefix::produce(
-            params,
-            endpoints,
-            request,
-            &state.prefix_index,
-        )),
+        ScorerSpec::PrefixCache(params) => {
+            Some(prefix::produce(params, &chosen, request, prefix_store))
+        }
         _ => None,
     });
     let input = ScoringInput {
-        endpoints,
+        endpoints: &chosen,
+        request,
         prefix: prefix.as_ref(),
-        in_flight,
+        in_flight: &counts,
     };
-    let mut totals = vec![0.0; endpoints.len()];
+    let mut totals = vec![0.0; chosen.len()];
+    let mut scores = Vec::with_capacity(profile.scorers.len());
     for weighted in &profile.scorers {
-        let scores = scorers::score(&weighted.scorer, &input);
-        for (total, score) in totals.iter_mut().zip(scores) {
-            *total += weighted.weight * clamp_score(score);
+        let raw: Vec<f64> = scorers::score(&weighted.scorer, &input)
+            .into_iter()
+            .map(clamp_score)
+            .collect();
+        for (total, score) in totals.iter_mut().zip(&raw) {
+            *total += weighted.weight * score;
         }
+        scores.push((weighted.name.clone(), raw));
     }
-    let picked = pickers::pick(&profile.picker, &totals, rng);
-    if let (Some(prefix), Some(&primary)) = (&prefix, picked.first()) {
-        if let Some(endpoint) = endpoints.get(primary) {
-            state
-                .prefix_index
-                .record(endpoint, &prefix.hashes, prefix.capacity);
-        }
+    let picked: Vec<usize> = pickers::pick(&profile.picker, &totals, rng)
+        .into_iter()
+        .filter_map(|i| candidates.get(i).copied())
+        .collect();
+    if let (Some(prefix), Some(endpoint)) =
+        (&prefix, picked.first().and_then(|&i| endpoints.get(i)))
+    {
+        prefix::index::record(prefix_store, endpoint, &prefix.hashes, request.now_unix_ms);
     }
-    Ok(Decision { picked, totals })
+    Ok(Decision {
+        picked,
+        candidates,
+        totals,
+        scores,
+    })
 }
 
 /// Scores are clamped to [0, 1] before weighting; NaN counts as 0.
@@ -109,7 +138,18 @@ fn clamp_score(score: f64) -> f64 {
 
 #[cfg(test)]
 pub(crate) mod test_support {
+    use super::{Request, ScoringInput};
     use crate::snapshot::{Endpoint, Metrics};
+
+    /// Scoring input over `endpoints` with no producer data and nothing in flight.
+    pub fn input<'a>(endpoints: &'a [&'a Endpoint], request: &'a Request<'a>) -> ScoringInput<'a> {
+        ScoringInput {
+            endpoints,
+            request,
+            prefix: None,
+            in_flight: &[],
+        }
+    }
 
     /// An endpoint on 10.0.0.`i`:8000 with the given waiting queue and KV usage.
     pub fn endpoint(i: u8, waiting: u64, kv: f64) -> Endpoint {
@@ -129,6 +169,7 @@ pub(crate) mod test_support {
 
 #[cfg(test)]
 mod tests {
+    use super::prefix::MemoryStore;
     use super::profile::{PickerSpec, WeightedScorer};
     use super::test_support::endpoint;
     use super::*;
@@ -139,9 +180,9 @@ mod tests {
         profile: &Profile,
         endpoints: &[Endpoint],
         request: &Request<'_>,
-        state: &mut SchedulerState,
+        store: &MemoryStore,
     ) -> Decision {
-        schedule(profile, endpoints, &[], request, state, &mut Rng::new(7)).unwrap()
+        schedule(profile, endpoints, &[], request, store, &mut Rng::new(7)).unwrap()
     }
 
     #[test]
@@ -151,7 +192,7 @@ mod tests {
             &[],
             &[],
             &Request::default(),
-            &mut SchedulerState::default(),
+            &MemoryStore::new(64),
             &mut Rng::new(1),
         )
         .unwrap_err();
@@ -169,7 +210,7 @@ mod tests {
             &Profile::default(),
             &endpoints,
             &Request::default(),
-            &mut SchedulerState::default(),
+            &MemoryStore::new(64),
         );
         assert_eq!(d.picked, vec![1]);
         // queue: 0, 1, 0.5 (×2); kv: 0.1, 0.9, 0.5 (×2); no prompt → prefix 0.
@@ -191,6 +232,7 @@ mod tests {
             picker: PickerSpec::MaxScore {
                 max_num_of_endpoints: 2,
             },
+            ..Profile::default()
         };
         let endpoints = [
             endpoint(1, 0, 0.6),
@@ -201,7 +243,7 @@ mod tests {
             &profile,
             &endpoints,
             &Request::default(),
-            &mut SchedulerState::default(),
+            &MemoryStore::new(64),
         );
         assert_eq!(d.picked, vec![1, 2]);
         assert!((d.totals[1] - 4.0).abs() < 1e-9);
@@ -218,17 +260,17 @@ mod tests {
         let request = Request {
             model: "m",
             prompt: &prompt,
-            cache_salt: "",
+            ..Request::default()
         };
-        let mut state = SchedulerState::default();
-        let first = run(&Profile::default(), &endpoints, &request, &mut state).picked;
+        let store = MemoryStore::new(64);
+        let first = run(&Profile::default(), &endpoints, &request, &store).picked;
         for seed in 0..20 {
             let d = schedule(
                 &Profile::default(),
                 &endpoints,
                 &[],
                 &request,
-                &mut state,
+                &store,
                 &mut Rng::new(seed),
             )
             .unwrap();

@@ -4,23 +4,110 @@
 //! snapshot, so a configuration change reaches Envoy without a restart. Plugin `type` names and
 //! parameter names are the upstream ones.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-/// One scheduling profile: the weighted sum of scorers, then one picker.
+/// One scheduling profile: filters in order, then the weighted sum of scorers, then one picker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Profile {
     /// Profile name from the config (`default` when the config names none).
     pub name: String,
+    /// Filters, applied in order; each sees the previous one's output.
+    #[serde(default)]
+    pub filters: Vec<FilterSpec>,
     /// Scorers with their weights; an endpoint's total is the sum of weight × clamped score.
     pub scorers: Vec<WeightedScorer>,
     /// The picker that turns totals into a destination.
     pub picker: PickerSpec,
+    /// The saturation detector used by admission (sheddable requests are rejected when the
+    /// pool is saturated); upstream's default `utilization-detector`.
+    #[serde(default)]
+    pub saturation_detector: UtilizationParams,
+}
+
+/// Filter plugins by upstream config `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum FilterSpec {
+    /// `label-selector-filter`: keeps endpoints whose labels match a Kubernetes label selector.
+    #[serde(rename = "label-selector-filter")]
+    LabelSelector(LabelSelector),
+    /// `utilization-detector` used as a filter: keeps endpoints with fresh metrics under the
+    /// thresholds; keeps all when that would leave none.
+    #[serde(rename = "utilization-detector")]
+    UtilizationDetector(UtilizationParams),
+    /// `decode-filter`: keeps endpoints whose `llm-d.ai/role` can decode, or without the label.
+    #[serde(rename = "decode-filter")]
+    Decode,
+    /// `prefill-filter`: keeps endpoints whose `llm-d.ai/role` can prefill.
+    #[serde(rename = "prefill-filter")]
+    Prefill,
+}
+
+/// A Kubernetes label selector (`matchLabels` and `matchExpressions`, all ANDed).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LabelSelector {
+    /// Labels that must be present with exactly these values.
+    pub match_labels: BTreeMap<String, String>,
+    /// Set-based requirements.
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelectorRequirement {
+    /// The label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: LabelSelectorOperator,
+    /// Values for `In` / `NotIn`.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// Label selector operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LabelSelectorOperator {
+    /// The label's value is one of `values`.
+    In,
+    /// The label is absent or its value is none of `values`.
+    NotIn,
+    /// The label is present.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+}
+
+/// Parameters of the upstream `utilization-detector` (roofline saturation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct UtilizationParams {
+    /// Waiting requests at which an endpoint counts as saturated.
+    pub queue_depth_threshold: f64,
+    /// KV-cache usage (0..1) at which an endpoint counts as saturated.
+    pub kv_cache_util_threshold: f64,
+    /// Metrics older than this (milliseconds) count as saturated.
+    pub metrics_staleness_threshold_ms: u64,
+    /// Extra room over the thresholds when used as a filter (0.2 = 20 % more).
+    pub headroom: f64,
+}
+
+impl Default for UtilizationParams {
+    fn default() -> Self {
+        UtilizationParams {
+            queue_depth_threshold: 5.0,
+            kv_cache_util_threshold: 0.8,
+            metrics_staleness_threshold_ms: 200,
+            headroom: 0.0,
+        }
+    }
 }
 
 /// A scorer plugin instance with its profile weight.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct WeightedScorer {
     /// The plugin instance name (defaults to its type).
     pub name: String,
@@ -32,7 +119,7 @@ pub struct WeightedScorer {
 
 /// Scorer plugins by upstream config `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", deny_unknown_fields)]
+#[serde(tag = "type")]
 pub enum ScorerSpec {
     /// `queue-scorer`: min-max normalised waiting queue, all equal → 1.
     #[serde(rename = "queue-scorer")]
@@ -46,11 +133,38 @@ pub enum ScorerSpec {
     /// `active-request-scorer`: fewer requests in flight from this proxy scores higher.
     #[serde(rename = "active-request-scorer")]
     ActiveRequest(ActiveRequestParams),
+    /// `lora-affinity-scorer`: 1.0 adapter active, 0.8 room to load it, 0.6 waiting, else 0.
+    #[serde(rename = "lora-affinity-scorer")]
+    LoraAffinity,
+    /// `running-requests-size-scorer`: min-max over running requests, all equal → 1.
+    #[serde(rename = "running-requests-size-scorer")]
+    RunningRequestsSize,
+    /// `load-aware-scorer`: 0.5 for an empty queue, falling linearly to 0 at `threshold`.
+    #[serde(rename = "load-aware-scorer")]
+    LoadAware(LoadAwareParams),
+    /// `session-affinity-scorer` (`encoded_endpoint_header` strategy): 1 for the endpoint the
+    /// request's session token names, 0 for the others.
+    #[serde(rename = "session-affinity-scorer")]
+    SessionAffinity,
+}
+
+/// Parameters of `load-aware-scorer`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LoadAwareParams {
+    /// Waiting queue length that scores 0.
+    pub threshold: u64,
+}
+
+impl Default for LoadAwareParams {
+    fn default() -> Self {
+        LoadAwareParams { threshold: 128 }
+    }
 }
 
 /// Parameters of `active-request-scorer` (upstream names and defaults).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default)]
 pub struct ActiveRequestParams {
     /// Endpoints with at most this many requests in flight score 1.
     pub idle_threshold: u64,
@@ -69,7 +183,7 @@ impl Default for ActiveRequestParams {
 
 /// Parameters of the approximate prefix-cache producer and scorer (upstream names).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default)]
 pub struct PrefixCacheParams {
     /// Weight of the absolute match length against the match ratio (0 → pure ratio).
     pub match_length_weight: f64,
@@ -81,8 +195,6 @@ pub struct PrefixCacheParams {
     pub block_size_tokens: u64,
     /// Longest prefix, in tokens, that is hashed and matched.
     pub max_prefix_tokens_to_match: u64,
-    /// Blocks remembered per endpoint (least recently used evicted first).
-    pub lru_capacity_per_server: u64,
 }
 
 impl Default for PrefixCacheParams {
@@ -93,20 +205,27 @@ impl Default for PrefixCacheParams {
             auto_tune: true,
             block_size_tokens: 16,
             max_prefix_tokens_to_match: 131_072,
-            lru_capacity_per_server: 31_250,
         }
     }
 }
 
 /// Picker plugins by upstream config `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", deny_unknown_fields)]
+#[serde(tag = "type")]
 pub enum PickerSpec {
     /// `max-score-picker`: highest total, random tie-break; more than one endpoint becomes a
     /// comma-separated fallback list.
     #[serde(rename = "max-score-picker", rename_all = "camelCase")]
     MaxScore {
         /// How many endpoints to return, best first.
+        #[serde(default = "one")]
+        max_num_of_endpoints: usize,
+    },
+    /// `weighted-random-picker`: random with probability growing with the score (A-Res
+    /// reservoir sampling, key = U^(1/score)); all scores ≤ 0 → uniform.
+    #[serde(rename = "weighted-random-picker", rename_all = "camelCase")]
+    WeightedRandom {
+        /// How many endpoints to return.
         #[serde(default = "one")]
         max_num_of_endpoints: usize,
     },
@@ -128,6 +247,7 @@ impl Default for Profile {
     fn default() -> Self {
         Profile {
             name: "default".to_string(),
+            filters: Vec::new(),
             scorers: vec![
                 WeightedScorer {
                     name: "queue-scorer".to_string(),
@@ -148,6 +268,7 @@ impl Default for Profile {
             picker: PickerSpec::MaxScore {
                 max_num_of_endpoints: 1,
             },
+            saturation_detector: UtilizationParams::default(),
         }
     }
 }

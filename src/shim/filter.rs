@@ -6,25 +6,44 @@ use std::rc::Rc;
 use std::time::UNIX_EPOCH;
 
 use proxy_wasm::hostcalls;
+use proxy_wasm::types::MetricType;
 
 use super::http::PickerHttp;
-use super::shared;
-use crate::picker::Picker;
+use super::shared::{self, SharedPrefixStore};
+use crate::picker::{Incoming, Outcome, Picker};
 use crate::plugin_config::FilterConfig;
 use crate::snapshot::Snapshot;
 
 /// State of one worker's filter, shared by its HTTP contexts.
 pub struct Worker {
-    /// The filter's configuration.
-    pub config: FilterConfig,
-    /// The picker (prefix index, random state).
-    pub picker: Picker,
+    config: FilterConfig,
+    picker: Picker,
+    prefix_store: SharedPrefixStore,
     snapshot: Option<Rc<Snapshot>>,
+    /// Envoy histogram `wasmcustom.wasm_epp_decision_ns`: time per decision.
+    decision_ns: Option<u32>,
 }
 
 impl Worker {
+    /// Decides one request with the newest snapshot.
+    pub fn decide(&mut self, incoming: &Incoming<'_>) -> Outcome {
+        let started = now_ns();
+        let snapshot = self.snapshot();
+        let outcome = self.picker.decide(
+            snapshot.as_deref(),
+            &self.config,
+            incoming,
+            |e| shared::in_flight(&e.host_port()),
+            &self.prefix_store,
+        );
+        if let Some(id) = self.decision_ns {
+            let _ = hostcalls::record_metric(id, now_ns().saturating_sub(started));
+        }
+        outcome
+    }
+
     /// The newest published snapshot, decoded again only when its version changed.
-    pub fn snapshot(&mut self) -> Option<Rc<Snapshot>> {
+    fn snapshot(&mut self) -> Option<Rc<Snapshot>> {
         let published = shared::snapshot_version();
         let cached = self.snapshot.as_ref().map(|s| s.version);
         if published.is_some() && published != cached {
@@ -46,16 +65,18 @@ pub struct FilterRoot {
 impl FilterRoot {
     /// A root context with the given configuration.
     pub fn new(config: FilterConfig) -> FilterRoot {
-        let seed = hostcalls::get_current_time()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
+        let seed = now_ns();
         FilterRoot {
             worker: Rc::new(RefCell::new(Worker {
+                prefix_store: SharedPrefixStore::new(config.prefix_index_buckets),
                 config,
                 picker: Picker::new(seed),
                 snapshot: None,
+                decision_ns: hostcalls::define_metric(
+                    MetricType::Histogram,
+                    "wasm_epp_decision_ns",
+                )
+                .ok(),
             })),
         }
     }
@@ -64,4 +85,12 @@ impl FilterRoot {
     pub fn new_http(&self) -> PickerHttp {
         PickerHttp::new(self.worker.clone())
     }
+}
+
+/// Host wall-clock time in nanoseconds (0 if unavailable).
+fn now_ns() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64)
 }

@@ -1,5 +1,6 @@
-//! The per-request HTTP context: strips client-supplied control headers, buffers the body,
-//! asks the picker, and applies the outcome (destination header, or a local error reply).
+//! The per-request HTTP context: reads and strips the control headers, buffers the body, asks
+//! the picker, applies the outcome (destination header, rewritten body, or a local error
+//! reply), and on the way back adds the response headers and rewrites the model name back.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -10,15 +11,46 @@ use proxy_wasm::types::{Action, BufferType, MapType};
 
 use super::filter::Worker;
 use super::shared;
+use crate::admission::{DEPRECATED_OBJECTIVE_HEADER, OBJECTIVE_HEADER};
 use crate::errors::{InferenceError, DROPPED_REASON_HEADER};
-use crate::picker::{Outcome, DESTINATION_HEADER};
+use crate::picker::{
+    Incoming, Outcome, CONTROL_HEADERS, DECISION_HEADER, DESTINATION_HEADER, SESSION_TOKEN_HEADER,
+    SUBSET_HEADER,
+};
+use crate::rewrite::{
+    ResponseModelRewriter, DEPRECATED_MODEL_REWRITE_HEADER, MODEL_REWRITE_HEADER,
+};
+
+/// Control header values read before the headers are stripped.
+#[derive(Default)]
+struct Controls {
+    path: String,
+    objective: Option<String>,
+    model_rewrite: Option<String>,
+    subset: Option<String>,
+    session_token: Option<String>,
+}
 
 /// One request's filter state.
 pub struct PickerHttp {
     worker: Rc<RefCell<Worker>>,
-    path: String,
+    controls: Controls,
     /// The endpoint counted in flight for this request, released when the stream ends.
     in_flight: Option<String>,
+    /// Response headers to add.
+    response_headers: Vec<(&'static str, String)>,
+    /// Rewrites the model name in the response back to the client's.
+    response_rewriter: Option<ResponseModelRewriter>,
+}
+
+fn request_header(name: &str) -> Option<String> {
+    hostcalls::get_map_value(MapType::HttpRequestHeaders, name)
+        .ok()
+        .flatten()
+}
+
+fn first_header(names: [&str; 2]) -> Option<String> {
+    names.into_iter().find_map(request_header)
 }
 
 impl PickerHttp {
@@ -26,44 +58,68 @@ impl PickerHttp {
     pub fn new(worker: Rc<RefCell<Worker>>) -> PickerHttp {
         PickerHttp {
             worker,
-            path: String::new(),
+            controls: Controls::default(),
             in_flight: None,
+            response_headers: Vec::new(),
+            response_rewriter: None,
         }
     }
 
     fn decide(&mut self, body: Option<&[u8]>) -> Action {
+        let c = &self.controls;
+        let incoming = Incoming {
+            path: &c.path,
+            body,
+            objective: c.objective.as_deref(),
+            model_rewrite: c.model_rewrite.as_deref(),
+            subset: c.subset.as_deref(),
+            session_token: c.session_token.as_deref(),
+            now_unix_ms: shared::now_unix_ms(),
+        };
         let outcome = {
             let mut worker = self.worker.borrow_mut();
-            let snapshot = worker.snapshot();
-            let fail_open = worker.config.fail_open;
-            worker
-                .picker
-                .decide(snapshot.as_deref(), fail_open, &self.path, body, |e| {
-                    shared::in_flight(&e.host_port())
-                })
+            worker.decide(&incoming)
         };
-        match outcome {
-            Outcome::Route {
-                destination,
-                primary,
-            } => {
-                if let Err(status) = hostcalls::set_map_value(
-                    MapType::HttpRequestHeaders,
-                    DESTINATION_HEADER,
-                    Some(&destination),
-                ) {
-                    log::error!("wasm-epp: cannot set {DESTINATION_HEADER}: {status:?}");
-                    return reject(&InferenceError::NoEndpoints(
-                        "cannot set the destination header".to_string(),
-                    ));
-                }
-                shared::add_in_flight(&primary, 1);
-                self.in_flight = Some(primary);
-                Action::Continue
-            }
-            Outcome::Unrouted => Action::Continue,
-            Outcome::Reject(error) => reject(&error),
+        let route = match outcome {
+            Outcome::Route(route) => route,
+            Outcome::Unrouted => return Action::Continue,
+            Outcome::Reject(error) => return reject(&error),
+        };
+        let headers = MapType::HttpRequestHeaders;
+        if let Err(status) =
+            hostcalls::set_map_value(headers, DESTINATION_HEADER, Some(&route.destination))
+        {
+            log::error!("wasm-epp: cannot set {DESTINATION_HEADER}: {status:?}");
+            return reject(&InferenceError::Internal(
+                "cannot set the destination header".to_string(),
+            ));
         }
+        if let (Some(new_body), Some(old)) = (&route.body, body) {
+            let length = new_body.len().to_string();
+            let replaced =
+                hostcalls::set_buffer(BufferType::HttpRequestBody, 0, old.len(), new_body)
+                    .and_then(|()| {
+                        hostcalls::set_map_value(headers, "content-length", Some(&length))
+                    });
+            if let Err(status) = replaced {
+                log::error!("wasm-epp: cannot replace the request body: {status:?}");
+                return reject(&InferenceError::Internal(
+                    "Error marshalling request body".to_string(),
+                ));
+            }
+        }
+        shared::add_in_flight(&route.primary, 1);
+        self.in_flight = Some(route.primary);
+        if let Some(token) = route.session_token {
+            self.response_headers.push((SESSION_TOKEN_HEADER, token));
+        }
+        if let Some(explanation) = route.explanation {
+            self.response_headers.push((DECISION_HEADER, explanation));
+        }
+        self.response_rewriter = route
+            .model_rewrite
+            .map(|(target, client)| ResponseModelRewriter::new(&target, &client));
+        Action::Continue
     }
 }
 
@@ -86,12 +142,18 @@ impl Context for PickerHttp {}
 
 impl HttpContext for PickerHttp {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
-        // Envoy's config strips this header before the filter too; never trust a client value.
-        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, DESTINATION_HEADER, None);
-        self.path = hostcalls::get_map_value(MapType::HttpRequestHeaders, ":path")
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        self.controls = Controls {
+            path: request_header(":path").unwrap_or_default(),
+            objective: first_header([OBJECTIVE_HEADER, DEPRECATED_OBJECTIVE_HEADER]),
+            model_rewrite: first_header([MODEL_REWRITE_HEADER, DEPRECATED_MODEL_REWRITE_HEADER]),
+            subset: request_header(SUBSET_HEADER),
+            session_token: request_header(SESSION_TOKEN_HEADER),
+        };
+        // Control headers never reach a model server; a client's destination never survives
+        // (Envoy's config strips it before the filter too).
+        for name in CONTROL_HEADERS {
+            let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, None);
+        }
         if end_of_stream {
             return self.decide(None);
         }
@@ -109,6 +171,38 @@ impl HttpContext for PickerHttp {
             .flatten()
             .unwrap_or_default();
         self.decide(Some(&body))
+    }
+
+    fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+        let headers = MapType::HttpResponseHeaders;
+        for (name, value) in &self.response_headers {
+            let _ = hostcalls::set_map_value(headers, name, Some(value));
+        }
+        if self
+            .response_rewriter
+            .as_ref()
+            .is_some_and(|r| !r.is_noop())
+        {
+            // The rewritten body may differ in length.
+            let _ = hostcalls::set_map_value(headers, "content-length", None);
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let Some(rewriter) = self.response_rewriter.as_mut().filter(|r| !r.is_noop()) else {
+            return Action::Continue;
+        };
+        let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let out = rewriter.push(&chunk, end_of_stream);
+        if let Err(status) = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &out)
+        {
+            log::warn!("wasm-epp: cannot rewrite the response body: {status:?}");
+        }
+        Action::Continue
     }
 
     fn on_log(&mut self) {

@@ -2,13 +2,19 @@
 //! `vm_id`): the published snapshot with a small version key, and per-endpoint in-flight
 //! counters. Only the `Result`-returning hostcalls are used, so a host error never traps.
 
+use std::time::UNIX_EPOCH;
+
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
+
+use crate::scheduler::prefix::BlockStore;
 
 /// Key holding the snapshot's version (decimal), read on every request.
 const VERSION_KEY: &str = "wasm-epp.snapshot.version";
 /// Key holding the snapshot JSON, read only when the version changes.
 const SNAPSHOT_KEY: &str = "wasm-epp.snapshot";
+/// Prefix of the prefix-index bucket keys (`…<bucket>`).
+const PREFIX_BUCKET_PREFIX: &str = "wasm-epp.prefix.";
 /// Prefix of the in-flight counter keys (`…<ip:port>`).
 const IN_FLIGHT_PREFIX: &str = "wasm-epp.inflight.";
 /// Attempts at a compare-and-swap update before giving up.
@@ -58,5 +64,45 @@ fn read_u64(key: &str) -> (Option<u64>, Option<u32>) {
             (value, cas)
         }
         Err(_) => (None, None),
+    }
+}
+
+/// Wall-clock time from the host, milliseconds since the Unix epoch (0 if unavailable).
+pub fn now_unix_ms() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The prefix index's buckets in shared data, one key per bucket, updated with CAS.
+pub struct SharedPrefixStore {
+    buckets: u32,
+}
+
+impl SharedPrefixStore {
+    /// A store of `buckets` buckets.
+    pub fn new(buckets: u32) -> SharedPrefixStore {
+        SharedPrefixStore {
+            buckets: buckets.max(1),
+        }
+    }
+}
+
+impl BlockStore for SharedPrefixStore {
+    fn buckets(&self) -> u32 {
+        self.buckets
+    }
+
+    fn read(&self, bucket: u32) -> (Vec<u8>, Option<u32>) {
+        match hostcalls::get_shared_data(&format!("{PREFIX_BUCKET_PREFIX}{bucket}")) {
+            Ok((bytes, cas)) => (bytes.unwrap_or_default(), cas),
+            Err(_) => (Vec::new(), None),
+        }
+    }
+
+    fn write(&self, bucket: u32, bytes: &[u8], token: Option<u32>) -> bool {
+        let key = format!("{PREFIX_BUCKET_PREFIX}{bucket}");
+        hostcalls::set_shared_data(&key, Some(bytes), token).is_ok()
     }
 }

@@ -316,6 +316,20 @@ pub struct EnvoyOptions {
     pub controller_port: u16,
     pub fallback_port: u16,
     pub fail_open: bool,
+    pub explain: bool,
+}
+
+impl EnvoyOptions {
+    /// One worker, the given controller, fail-close, no explanations.
+    pub fn with_controller(controller_port: u16) -> EnvoyOptions {
+        EnvoyOptions {
+            concurrency: 1,
+            controller_port,
+            fallback_port: free_port(),
+            fail_open: false,
+            explain: false,
+        }
+    }
 }
 
 /// A running Envoy built from envoy/envoy.yaml with this test's ports.
@@ -329,7 +343,10 @@ impl Envoy {
     pub fn start(scratch: &Scratch, options: EnvoyOptions) -> Envoy {
         let (port, admin_port) = (free_port(), free_port());
         let wasm = from_env("WASM_EPP_WASM", "target/wasm32-wasip1/wasm/wasm_epp.wasm");
-        let fail_open = format!(r#"{{"failOpen": {}}}"#, options.fail_open);
+        let filter_config = format!(
+            r#"{{"failOpen": {}, "explainDecisions": {}}}"#,
+            options.fail_open, options.explain
+        );
         let replacements = [
             ("port_value: 10000", format!("port_value: {port}")),
             ("port_value: 9901", format!("port_value: {admin_port}")),
@@ -345,7 +362,7 @@ impl Envoy {
                 "target/wasm32-wasip1/wasm/wasm_epp.wasm",
                 wasm.display().to_string(),
             ),
-            (r#"{"failOpen": false}"#, fail_open),
+            (r#"{"failOpen": false}"#, filter_config),
         ];
         let mut config = fs::read_to_string(repo().join("envoy/envoy.yaml")).expect("envoy.yaml");
         for (from, to) in &replacements {
@@ -409,4 +426,105 @@ impl Envoy {
             .find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
             .unwrap_or(0)
     }
+}
+
+/// Scrape interval used by these tests (the controller's default is 50 ms).
+pub const INTERVAL_MS: u64 = 100;
+
+pub struct Fleet {
+    pub sims: Vec<Sim>,
+    pub controller: Controller,
+    pub envoy: Envoy,
+    pub scratch: Scratch,
+}
+
+/// What a [`Fleet`] runs.
+#[derive(Default)]
+pub struct FleetSpec<'a> {
+    /// Simulator names with their extra flags.
+    pub sims: &'a [(&'a str, &'a [&'a str])],
+    /// An EndpointPickerConfig; `{ENDPOINTS}` is replaced by the endpoints file's path. Without
+    /// one the controller gets `--endpoints-file`.
+    pub config: Option<&'a str>,
+    /// InferenceObjective / InferenceModelRewrite manifests (`--manifests`).
+    pub manifests: Option<&'a str>,
+    /// Envoy worker threads (0 → 1).
+    pub concurrency: u32,
+    /// Turn on the decision header.
+    pub explain: bool,
+}
+
+/// Simulators, a controller discovering them from a file, and Envoy, as `spec` says.
+pub fn fleet_from(name: &str, spec: FleetSpec<'_>) -> Fleet {
+    let scratch = Scratch::new(name);
+    let sims: Vec<Sim> = spec
+        .sims
+        .iter()
+        .map(|(n, flags)| Sim::start(&scratch, n, flags))
+        .collect();
+    let file = endpoints_file(&scratch, &sims.iter().collect::<Vec<_>>());
+    let mut args = Vec::new();
+    match spec.config {
+        Some(config) => {
+            let path = scratch.path("config.yaml");
+            fs::write(
+                &path,
+                config.replace("{ENDPOINTS}", &file.display().to_string()),
+            )
+            .expect("write config");
+            args.extend(["--config-file".to_string(), path.display().to_string()]);
+        }
+        None => args.extend(["--endpoints-file".to_string(), file.display().to_string()]),
+    }
+    if let Some(manifests) = spec.manifests {
+        let path = scratch.path("manifests.yaml");
+        fs::write(&path, manifests).expect("write manifests");
+        args.extend(["--manifests".to_string(), path.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let controller = Controller::start(&scratch, &format!("{INTERVAL_MS}ms"), &args);
+    let envoy = Envoy::start(
+        &scratch,
+        EnvoyOptions {
+            concurrency: spec.concurrency.max(1),
+            explain: spec.explain,
+            ..EnvoyOptions::with_controller(controller.port)
+        },
+    );
+    Fleet {
+        sims,
+        controller,
+        envoy,
+        scratch,
+    }
+}
+
+/// Plain simulators `names` with the default profile.
+pub fn fleet(name: &str, names: &[&str], concurrency: u32) -> Fleet {
+    let sims: Vec<(&str, &[&str])> = names.iter().map(|n| (*n, &[][..])).collect();
+    fleet_from(
+        name,
+        FleetSpec {
+            sims: &sims,
+            concurrency,
+            ..FleetSpec::default()
+        },
+    )
+}
+
+/// A prompt no other request has used, so prefix affinity plays no part.
+pub fn unique(tag: &str) -> String {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    format!(
+        "{tag} {}",
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    )
+}
+
+/// The instance that serves `n` requests in a row, if it is always the same one.
+pub fn sticky_instance(envoy: &Envoy, n: usize) -> Option<String> {
+    let first = envoy.complete(&unique("which"), &[]).instance().to_string();
+    (0..n)
+        .all(|_| envoy.complete(&unique("which"), &[]).instance() == first)
+        .then_some(first)
 }

@@ -5,14 +5,16 @@
 //! about, e.g. `schedulingProfiles[0].plugins[1].pluginRef: no plugin named "foo"`.
 
 mod plugins;
+mod selector;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use serde::Deserialize;
 use serde_yaml::Value;
 use wasm_epp::scheduler::profile::{
-    PickerSpec, PrefixCacheParams, Profile, ScorerSpec, WeightedScorer,
+    FilterSpec, PickerSpec, PrefixCacheParams, Profile, ScorerSpec, UtilizationParams,
+    WeightedScorer,
 };
 
 use crate::discovery::Source;
@@ -69,7 +71,8 @@ pub fn parse(text: &str) -> Result<PickerConfig, String> {
 }
 
 /// A one-line summary for the startup log:
-/// `profile "default": queue-scorer×2, …; max-score-picker(1)`.
+/// `profile "default": filters decode-filter; queue-scorer×2, …; max-score-picker(1)`
+/// (the filters part only when there are filters).
 pub fn profile_summary(profile: &Profile) -> String {
     let scorers: Vec<String> = profile
         .scorers
@@ -80,12 +83,21 @@ pub fn profile_summary(profile: &Profile) -> String {
         PickerSpec::MaxScore {
             max_num_of_endpoints,
         } => format!("max-score-picker({max_num_of_endpoints})"),
+        PickerSpec::WeightedRandom {
+            max_num_of_endpoints,
+        } => format!("weighted-random-picker({max_num_of_endpoints})"),
         PickerSpec::Random {
             max_num_of_endpoints,
         } => format!("random-picker({max_num_of_endpoints})"),
     };
+    let filters = if profile.filters.is_empty() {
+        String::new()
+    } else {
+        let types: Vec<&str> = profile.filters.iter().map(filter_type).collect();
+        format!("filters {}; ", types.join(", "))
+    };
     format!(
-        "profile {:?}: {}; {picker}",
+        "profile {:?}: {filters}{}; {picker}",
         profile.name,
         if scorers.is_empty() {
             "no scorers".to_string()
@@ -93,6 +105,16 @@ pub fn profile_summary(profile: &Profile) -> String {
             scorers.join(", ")
         }
     )
+}
+
+/// The upstream `type` of a filter.
+fn filter_type(filter: &FilterSpec) -> &'static str {
+    match filter {
+        FilterSpec::LabelSelector(_) => "label-selector-filter",
+        FilterSpec::UtilizationDetector(_) => "utilization-detector",
+        FilterSpec::Decode => "decode-filter",
+        FilterSpec::Prefill => "prefill-filter",
+    }
 }
 
 #[derive(Deserialize)]
@@ -166,6 +188,13 @@ struct RawRef {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawOptionalRef {
     plugin_ref: Option<String>,
+}
+
+impl RawOptionalRef {
+    /// The reference, unless absent or empty (upstream treats both as the default).
+    fn name(&self) -> Option<&str> {
+        self.plugin_ref.as_deref().filter(|name| !name.is_empty())
+    }
 }
 
 #[derive(Deserialize)]
@@ -259,7 +288,6 @@ impl Registry {
                 auto_tune: producer_params.auto_tune,
                 block_size_tokens: producer_params.block_size_tokens,
                 max_prefix_tokens_to_match: producer_params.max_prefix_tokens_to_match,
-                lru_capacity_per_server: producer_params.lru_capacity_per_server,
                 ..params.clone()
             };
         }
@@ -272,6 +300,23 @@ impl Registry {
             .get(name)
             .map(|&index| &self.plugins[index])
             .ok_or_else(|| format!("{at}: no plugin named {name:?}"))
+    }
+
+    /// The plugin named `name`, which must be a `utilization-detector`; `at` is the referencing
+    /// field.
+    fn resolve_detector(
+        &self,
+        at: &str,
+        name: &str,
+    ) -> Result<(&Named, &UtilizationParams), String> {
+        let named = self.resolve(at, name)?;
+        match &named.plugin {
+            Plugin::Detector(params) => Ok((named, params)),
+            _ => Err(format!(
+                "{at}: plugin {name:?} has type {:?}; expected a saturation detector (utilization-detector)",
+                named.plugin_type
+            )),
+        }
     }
 
     /// The plugin named `name`, which must be an inherent plugin with `role`.
@@ -305,12 +350,13 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, String> {
         return Err(format!("kind: expected {KIND:?}, got {:?}", raw.kind));
     }
     check_feature_gates(&raw.feature_gates)?;
-    if raw.flow_control.is_some() {
-        return Err("flowControl: not supported by wasm-epp yet".to_string());
-    }
+    let flow_control_detector = match &raw.flow_control {
+        Some(value) => check_flow_control(value)?,
+        None => None,
+    };
     let registry = Registry::build(raw.plugins, &mut warnings)?;
-    let profile = match raw.scheduling_profiles.filter(|list| !list.is_empty()) {
-        None => default_profile(&registry)?,
+    let (mut profile, in_profile) = match raw.scheduling_profiles.filter(|list| !list.is_empty()) {
+        None => (default_profile(&registry)?, HashSet::new()),
         Some(list) if list.len() > 1 => {
             return Err(format!(
                 "schedulingProfiles: {} profiles configured; wasm-epp supports exactly one (multi-profile handlers are not supported yet)",
@@ -319,6 +365,32 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, String> {
         }
         Some(list) => explicit_profile(&list[0], &registry)?,
     };
+    // `flowControl.saturationDetector` wins over the deprecated top-level field (as upstream).
+    let new_ref = flow_control_detector
+        .as_ref()
+        .and_then(RawOptionalRef::name);
+    let old_ref = raw
+        .saturation_detector
+        .as_ref()
+        .and_then(RawOptionalRef::name);
+    if raw.saturation_detector.is_some() {
+        warnings
+            .push("saturationDetector: deprecated; use flowControl.saturationDetector".to_string());
+    }
+    let reference = match (new_ref, old_ref) {
+        (Some(new), old) => {
+            if let Some(old) = old.filter(|&old| old != new) {
+                registry.resolve_detector("saturationDetector.pluginRef", old)?;
+                warnings.push(format!(
+                    "saturationDetector.pluginRef: ignored; flowControl.saturationDetector.pluginRef ({new:?}) is used"
+                ));
+            }
+            Some(("flowControl.saturationDetector.pluginRef", new))
+        }
+        (None, Some(old)) => Some(("saturationDetector.pluginRef", old)),
+        (None, None) => None,
+    };
+    profile.saturation_detector = saturation_detector(&registry, reference, &in_profile)?;
     if profile.scorers.is_empty() {
         warnings.push(format!(
             "profile {:?} has no scorers; endpoints are picked at random",
@@ -347,19 +419,6 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, String> {
             "a parser (openai-parser, passthrough-parser)",
         )?;
         warnings.push("parser: deprecated; use requestHandler.parsers".to_string());
-    }
-    if let Some(detector) = &raw.saturation_detector {
-        if let Some(name) = &detector.plugin_ref {
-            registry.resolve_role(
-                "saturationDetector.pluginRef",
-                name,
-                Role::SaturationDetector,
-                "a saturation detector (utilization-detector)",
-            )?;
-        }
-        warnings.push(
-            "saturationDetector: ignored; wasm-epp does no admission control yet".to_string(),
-        );
     }
     Ok(PickerConfig {
         profile,
@@ -394,11 +453,90 @@ fn check_feature_gates(gates: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// No `schedulingProfiles`: one `default` profile with every scorer (weight 1) and the picker.
+/// Checks `flowControl`: only `saturationDetector` is supported; returns it.
+fn check_flow_control(value: &Value) -> Result<Option<RawOptionalRef>, String> {
+    let map = match value {
+        Value::Null => return Ok(None),
+        Value::Mapping(map) => map,
+        _ => return Err("flowControl: must be a mapping".to_string()),
+    };
+    let mut detector = None;
+    for (key, value) in map {
+        match key.as_str() {
+            Some("saturationDetector") => {
+                detector = Some(
+                    serde_yaml::from_value::<Option<RawOptionalRef>>(value.clone())
+                        .map_err(|e| format!("flowControl.saturationDetector: {e}"))?
+                        .unwrap_or(RawOptionalRef { plugin_ref: None }),
+                )
+            }
+            Some(other) => {
+                return Err(format!(
+                    "flowControl.{other}: not supported by wasm-epp yet"
+                ))
+            }
+            None => return Err("flowControl: field names must be strings".to_string()),
+        }
+    }
+    Ok(detector)
+}
+
+/// The saturation detector's parameters. In order: the plugin `reference` names (a
+/// `(field, name)` pair); else the plugin named `utilization-detector` (upstream's default
+/// reference); else the only `utilization-detector` not used by the explicit profile (indexes in
+/// `in_profile`); else the defaults. Two or more unreferenced detectors are an error.
+fn saturation_detector(
+    registry: &Registry,
+    reference: Option<(&str, &str)>,
+    in_profile: &HashSet<usize>,
+) -> Result<UtilizationParams, String> {
+    if let Some((at, name)) = reference {
+        return Ok(registry.resolve_detector(at, name)?.1.clone());
+    }
+    let by_default_name = registry
+        .by_name
+        .get("utilization-detector")
+        .map(|&index| &registry.plugins[index].plugin);
+    if let Some(Plugin::Detector(params)) = by_default_name {
+        return Ok(params.clone());
+    }
+    let mut unreferenced = registry
+        .plugins
+        .iter()
+        .filter_map(|named| match &named.plugin {
+            Plugin::Detector(params) if !in_profile.contains(&named.index) => Some((named, params)),
+            _ => None,
+        });
+    let first = unreferenced.next();
+    if let (Some((first, _)), Some((second, _))) = (first, unreferenced.next()) {
+        return Err(format!(
+            "plugins[{}]: a second utilization-detector (first: {:?}) and no flowControl.saturationDetector.pluginRef to choose between them",
+            second.index, first.name
+        ));
+    }
+    Ok(first.map(|(_, params)| params.clone()).unwrap_or_default())
+}
+
+/// The filter a plugin is in a profile, if it is one.
+fn as_filter(plugin: &Plugin) -> Option<FilterSpec> {
+    match plugin {
+        Plugin::Filter(spec) => Some(spec.clone()),
+        Plugin::Detector(params) => Some(FilterSpec::UtilizationDetector(params.clone())),
+        _ => None,
+    }
+}
+
+/// No `schedulingProfiles`: one `default` profile with every filter (in plugin order, a
+/// `utilization-detector` included, as upstream), every scorer (weight 1) and the picker.
 fn default_profile(registry: &Registry) -> Result<Profile, String> {
+    let mut filters = Vec::new();
     let mut scorers = Vec::new();
     let mut picker: Option<(&Named, PickerSpec)> = None;
     for named in &registry.plugins {
+        if let Some(filter) = as_filter(&named.plugin) {
+            filters.push(filter);
+            continue;
+        }
         match &named.plugin {
             Plugin::Scorer { spec, .. } => scorers.push(WeightedScorer {
                 name: named.name.clone(),
@@ -419,20 +557,46 @@ fn default_profile(registry: &Registry) -> Result<Profile, String> {
     }
     Ok(Profile {
         name: "default".to_string(),
+        filters,
         scorers,
         picker: picker.map_or_else(default_picker, |(_, spec)| spec),
+        saturation_detector: Default::default(),
     })
 }
 
-fn explicit_profile(raw: &RawProfile, registry: &Registry) -> Result<Profile, String> {
+/// The one configured profile; also returns the indexes of the plugins it uses.
+fn explicit_profile(
+    raw: &RawProfile,
+    registry: &Registry,
+) -> Result<(Profile, HashSet<usize>), String> {
     if raw.name.is_empty() {
         return Err("schedulingProfiles[0].name: must not be empty".to_string());
     }
+    let mut used = HashSet::new();
+    let mut filters = Vec::new();
     let mut scorers: Vec<WeightedScorer> = Vec::new();
     let mut picker: Option<(&str, PickerSpec)> = None;
     for (j, entry) in raw.plugins.iter().enumerate() {
         let at = format!("schedulingProfiles[0].plugins[{j}]");
         let named = registry.resolve(&format!("{at}.pluginRef"), &entry.plugin_ref)?;
+        if let Some(filter) = as_filter(&named.plugin) {
+            if used.contains(&named.index) {
+                return Err(format!(
+                    "{at}.pluginRef: plugin {:?} is already in this profile",
+                    named.name
+                ));
+            }
+            if entry.weight.is_some() {
+                return Err(format!(
+                    "{at}.weight: not allowed on filter {:?} (type {:?}); only scorers have weights",
+                    named.name, named.plugin_type
+                ));
+            }
+            used.insert(named.index);
+            filters.push(filter);
+            continue;
+        }
+        used.insert(named.index);
         match &named.plugin {
             Plugin::Scorer { spec, .. } => {
                 if scorers.iter().any(|s| s.name == named.name) {
@@ -463,17 +627,20 @@ fn explicit_profile(raw: &RawProfile, registry: &Registry) -> Result<Profile, St
             }
             _ => {
                 return Err(format!(
-                    "{at}.pluginRef: plugin {:?} (type {:?}) is not a scorer or picker",
+                    "{at}.pluginRef: plugin {:?} (type {:?}) is not a filter, scorer or picker",
                     named.name, named.plugin_type
                 ))
             }
         }
     }
-    Ok(Profile {
+    let profile = Profile {
         name: raw.name.clone(),
+        filters,
         scorers,
         picker: picker.map_or_else(default_picker, |(_, spec)| spec),
-    })
+        saturation_detector: Default::default(),
+    };
+    Ok((profile, used))
 }
 
 /// The picker a profile without one gets (upstream injects the same).
@@ -533,7 +700,10 @@ fn check_data_layer(raw: RawDataLayer, registry: &Registry) -> Result<Option<Sou
 mod tests {
     use super::*;
     use crate::discovery::file::FileSource;
-    use wasm_epp::scheduler::profile::ActiveRequestParams;
+    use wasm_epp::scheduler::profile::{
+        ActiveRequestParams, LabelSelector, LabelSelectorOperator, LabelSelectorRequirement,
+        LoadAwareParams,
+    };
 
     const HEADER: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n";
 
@@ -649,7 +819,6 @@ mod tests {
             auto_tune: false,
             block_size_tokens: 32,
             max_prefix_tokens_to_match: 16384,
-            lru_capacity_per_server: 1000,
             ..PrefixCacheParams::default()
         };
         assert_eq!(params, &expected);
@@ -697,16 +866,284 @@ mod tests {
         let config = compile_yaml(
             "featureGates: [haPopulateNonLeaderDatastore=false, flowControl=false]\n\
              plugins:\n- type: openai-parser\n- type: utilization-detector\n  parameters: {queueDepthThreshold: 10}\n- type: single-profile-handler\n- type: token-producer\n\
+             - type: queue-scorer\n\
+             schedulingProfiles:\n- name: p\n  plugins: [{pluginRef: queue-scorer}]\n\
              requestHandler:\n  parsers: [{pluginRef: openai-parser}]\n\
              saturationDetector: {pluginRef: utilization-detector}\n\
              dataLayer: {injectDefaults: false}\n",
         )
         .unwrap();
-        assert!(config.profile.scorers.is_empty());
-        assert!(config
-            .warnings
+        assert_eq!(weights(&config.profile), [("queue-scorer", 1.0)]);
+        assert!(config.profile.filters.is_empty());
+        assert_eq!(
+            config.profile.saturation_detector.queue_depth_threshold,
+            10.0
+        );
+        assert_eq!(
+            config.warnings,
+            ["saturationDetector: deprecated; use flowControl.saturationDetector"]
+        );
+    }
+
+    fn yaml_profile(plugins: &str, profile: &str) -> Result<PickerConfig, String> {
+        compile_yaml(&format!(
+            "plugins:\n{plugins}schedulingProfiles:\n- name: p\n  plugins:\n{profile}"
+        ))
+    }
+
+    #[test]
+    fn new_scorers_and_picker_compile_into_the_profile() {
+        let config = yaml_profile(
+            "- type: lora-affinity-scorer\n- type: running-requests-size-scorer\n\
+             - type: load-aware-scorer\n- name: load16\n  type: load-aware-scorer\n  parameters: {threshold: 16}\n\
+             - type: session-affinity-scorer\n  parameters: {strategy: encoded_endpoint_header}\n\
+             - type: weighted-random-picker\n  parameters: {maxNumOfEndpoints: 2}\n",
+            "  - pluginRef: lora-affinity-scorer\n    weight: 2\n  - pluginRef: running-requests-size-scorer\n\
+             \x20 - pluginRef: load-aware-scorer\n  - pluginRef: load16\n    weight: 0.5\n\
+             \x20 - pluginRef: session-affinity-scorer\n    weight: 10\n  - pluginRef: weighted-random-picker\n",
+        )
+        .unwrap();
+        let scorers: Vec<(&str, f64, &ScorerSpec)> = config
+            .profile
+            .scorers
             .iter()
-            .any(|w| w.starts_with("plugins[1].parameters: ignored")));
+            .map(|s| (s.name.as_str(), s.weight, &s.scorer))
+            .collect();
+        assert_eq!(
+            scorers,
+            [
+                ("lora-affinity-scorer", 2.0, &ScorerSpec::LoraAffinity),
+                (
+                    "running-requests-size-scorer",
+                    1.0,
+                    &ScorerSpec::RunningRequestsSize
+                ),
+                (
+                    "load-aware-scorer",
+                    1.0,
+                    &ScorerSpec::LoadAware(LoadAwareParams { threshold: 128 })
+                ),
+                (
+                    "load16",
+                    0.5,
+                    &ScorerSpec::LoadAware(LoadAwareParams { threshold: 16 })
+                ),
+                (
+                    "session-affinity-scorer",
+                    10.0,
+                    &ScorerSpec::SessionAffinity
+                ),
+            ]
+        );
+        assert_eq!(
+            config.profile.picker,
+            PickerSpec::WeightedRandom {
+                max_num_of_endpoints: 2
+            }
+        );
+        assert!(profile_summary(&config.profile).ends_with("; weighted-random-picker(2)"));
+    }
+
+    const FILTER_PLUGINS: &str = "- type: queue-scorer\n\
+         - name: gpu\n  type: label-selector-filter\n  parameters:\n    matchLabels: {gpu: h100}\n    matchExpressions: [{key: zone, operator: NotIn, values: [b]}]\n\
+         - name: old\n  type: by-label-selector\n  parameters:\n    selector:\n      matchExpressions: [{key: ready, operator: Exists}]\n\
+         - type: decode-filter\n- type: prefill-filter\n\
+         - name: util\n  type: utilization-detector\n  parameters: {headroom: 0.5, metricsStalenessThreshold: 1s}\n";
+
+    fn filter_specs() -> [FilterSpec; 5] {
+        let gpu = LabelSelector {
+            match_labels: [("gpu".to_string(), "h100".to_string())].into(),
+            match_expressions: vec![LabelSelectorRequirement {
+                key: "zone".to_string(),
+                operator: LabelSelectorOperator::NotIn,
+                values: vec!["b".to_string()],
+            }],
+        };
+        let old = LabelSelector {
+            match_labels: Default::default(),
+            match_expressions: vec![LabelSelectorRequirement {
+                key: "ready".to_string(),
+                operator: LabelSelectorOperator::Exists,
+                values: Vec::new(),
+            }],
+        };
+        let util = UtilizationParams {
+            headroom: 0.5,
+            metrics_staleness_threshold_ms: 1000,
+            ..UtilizationParams::default()
+        };
+        [
+            FilterSpec::LabelSelector(gpu),
+            FilterSpec::LabelSelector(old),
+            FilterSpec::Decode,
+            FilterSpec::Prefill,
+            FilterSpec::UtilizationDetector(util),
+        ]
+    }
+
+    #[test]
+    fn filters_keep_the_profile_order() {
+        let config = yaml_profile(
+            FILTER_PLUGINS,
+            "  - pluginRef: util\n  - pluginRef: queue-scorer\n    weight: 2\n  - pluginRef: prefill-filter\n\
+             \x20 - pluginRef: gpu\n  - pluginRef: decode-filter\n  - pluginRef: old\n",
+        )
+        .unwrap();
+        let [gpu, old, decode, prefill, util] = filter_specs();
+        assert_eq!(config.profile.filters, [util, prefill, gpu, decode, old]);
+        assert_eq!(weights(&config.profile), [("queue-scorer", 2.0)]);
+        assert_eq!(
+            profile_summary(&config.profile),
+            "profile \"p\": filters utilization-detector, prefill-filter, label-selector-filter, decode-filter, label-selector-filter; queue-scorer×2; max-score-picker(1)"
+        );
+        // The detector is used by the profile and has a custom name: the saturation detector
+        // keeps the defaults.
+        assert_eq!(
+            config.profile.saturation_detector,
+            UtilizationParams::default()
+        );
+    }
+
+    #[test]
+    fn omitted_profiles_include_every_filter_in_plugin_order() {
+        let config = compile_yaml(&format!("plugins:\n{FILTER_PLUGINS}")).unwrap();
+        assert_eq!(config.profile.filters, filter_specs());
+        assert_eq!(weights(&config.profile), [("queue-scorer", 1.0)]);
+        // The only detector is also the saturation detector.
+        let [.., FilterSpec::UtilizationDetector(util)] = filter_specs() else {
+            unreachable!()
+        };
+        assert_eq!(config.profile.saturation_detector, util);
+    }
+
+    #[test]
+    fn saturation_detector_parameters() {
+        let detectors = "- name: strict\n  type: utilization-detector\n  parameters: {queueDepthThreshold: 2, kvCacheUtilThreshold: 0.5}\n\
+                         - name: loose\n  type: utilization-detector\n  parameters: {queueDepthThreshold: 20, metricsStalenessThreshold: 500ms}\n\
+                         - type: queue-scorer\n";
+        let strict = UtilizationParams {
+            queue_depth_threshold: 2.0,
+            kv_cache_util_threshold: 0.5,
+            ..UtilizationParams::default()
+        };
+        let loose = UtilizationParams {
+            queue_depth_threshold: 20.0,
+            metrics_staleness_threshold_ms: 500,
+            ..UtilizationParams::default()
+        };
+        let profile = "schedulingProfiles:\n- name: p\n  plugins: [{pluginRef: queue-scorer}]\n";
+        for (section, expected, warnings) in [
+            ("saturationDetector: {pluginRef: loose}\n", &loose, 1),
+            ("flowControl:\n  saturationDetector: {pluginRef: strict}\n", &strict, 0),
+            // The new field wins over the deprecated one.
+            (
+                "flowControl: {saturationDetector: {pluginRef: loose}}\nsaturationDetector: {pluginRef: strict}\n",
+                &loose,
+                2,
+            ),
+        ] {
+            let config =
+                compile_yaml(&format!("plugins:\n{detectors}{profile}{section}")).unwrap();
+            assert_eq!(&config.profile.saturation_detector, expected, "{section}");
+            assert!(config.profile.filters.is_empty());
+            assert_eq!(config.warnings.len(), warnings, "{section}: {:?}", config.warnings);
+        }
+
+        // Unreferenced: the only detector not in the profile.
+        let config = yaml_profile(
+            "- type: queue-scorer\n- name: a\n  type: utilization-detector\n  parameters: {headroom: 1}\n\
+             - name: b\n  type: utilization-detector\n  parameters: {headroom: 2}\n",
+            "  - pluginRef: a\n  - pluginRef: queue-scorer\n",
+        )
+        .unwrap();
+        assert_eq!(config.profile.saturation_detector.headroom, 2.0);
+        assert_eq!(
+            config.profile.filters,
+            [FilterSpec::UtilizationDetector(UtilizationParams {
+                headroom: 1.0,
+                ..UtilizationParams::default()
+            })]
+        );
+
+        // The default name `utilization-detector` is upstream's default reference, even when the
+        // profile uses it as a filter too.
+        let config = yaml_profile(
+            "- type: queue-scorer\n- type: utilization-detector\n  parameters: {kvCacheUtilThreshold: 0.9}\n",
+            "  - pluginRef: utilization-detector\n  - pluginRef: queue-scorer\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.profile.saturation_detector.kv_cache_util_threshold,
+            0.9
+        );
+        assert_eq!(config.profile.filters.len(), 1);
+
+        // No detector configured: the defaults.
+        let config = compile_yaml("plugins:\n- type: queue-scorer\n").unwrap();
+        assert_eq!(
+            config.profile.saturation_detector,
+            UtilizationParams::default()
+        );
+        assert!(config.profile.filters.is_empty());
+    }
+
+    #[test]
+    fn new_plugin_errors_name_their_field() {
+        for (body, expected) in [
+            (
+                "plugins:\n- type: decode-filter\n- type: queue-scorer\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: decode-filter\n    weight: 2\n",
+                "schedulingProfiles[0].plugins[1].weight: not allowed on filter \"decode-filter\"",
+            ),
+            (
+                "plugins:\n- type: utilization-detector\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: utilization-detector\n    weight: 1\n",
+                "schedulingProfiles[0].plugins[0].weight: not allowed on filter \"utilization-detector\" (type \"utilization-detector\")",
+            ),
+            (
+                "plugins:\n- type: prefill-filter\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: prefill-filter\n  - pluginRef: prefill-filter\n",
+                "schedulingProfiles[0].plugins[1].pluginRef: plugin \"prefill-filter\" is already in this profile",
+            ),
+            (
+                "plugins:\n- type: queue-scorer\nsaturationDetector: {pluginRef: queue-scorer}\n",
+                "saturationDetector.pluginRef: plugin \"queue-scorer\" has type \"queue-scorer\"; expected a saturation detector (utilization-detector)",
+            ),
+            (
+                "flowControl: {saturationDetector: {pluginRef: nope}}\n",
+                "flowControl.saturationDetector.pluginRef: no plugin named \"nope\"",
+            ),
+            (
+                "plugins:\n- type: utilization-detector\nflowControl: {saturationDetector: {pluginRef: utilization-detector}}\nsaturationDetector: {pluginRef: nope}\n",
+                "saturationDetector.pluginRef: no plugin named \"nope\"",
+            ),
+            (
+                "flowControl: {saturationDetector: {pluginRef: x, gateOn: max}}\n",
+                "flowControl.saturationDetector: unknown field `gateOn`",
+            ),
+            (
+                "flowControl: {maxRequests: 10}\n",
+                "flowControl.maxRequests: not supported by wasm-epp yet",
+            ),
+            ("flowControl: [a]\n", "flowControl: must be a mapping"),
+            (
+                "plugins:\n- name: a\n  type: utilization-detector\n- name: b\n  type: utilization-detector\n",
+                "plugins[1]: a second utilization-detector (first: \"a\")",
+            ),
+            (
+                "plugins:\n- type: label-selector-filter\n  parameters:\n    matchExpressions: [{key: a, operator: Exists, values: [x]}]\n",
+                "plugins[0].parameters.matchExpressions[0].values: must be empty for operator Exists",
+            ),
+            (
+                "plugins:\n- type: session-affinity-scorer\n  parameters: {strategy: session_id}\n",
+                "plugins[0].parameters.strategy: \"session_id\" is not supported by wasm-epp yet",
+            ),
+            (
+                "plugins:\n- type: weighted-random-picker\n- type: max-score-picker\n",
+                "plugins[1]: a second picker (first: \"weighted-random-picker\")",
+            ),
+        ] {
+            let err = compile_yaml(body).unwrap_err();
+            assert!(err.starts_with(expected), "{body}\n  gave: {err}\n  want: {expected}");
+            assert!(!err.contains('\n'), "{err}");
+        }
     }
 
     #[test]
@@ -725,8 +1162,8 @@ mod tests {
                 "plugins[2].type: unknown plugin type \"bar\"",
             ),
             (
-                "plugins:\n- type: decode-filter\n",
-                "plugins[0].type: plugin type \"decode-filter\" is not supported by wasm-epp yet",
+                "plugins:\n- type: encode-filter\n",
+                "plugins[0].type: plugin type \"encode-filter\" is not supported by wasm-epp yet",
             ),
             (
                 "plugins:\n- type: queue-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 2, tieBreak: random}\n",
@@ -754,7 +1191,7 @@ mod tests {
             ),
             (
                 "plugins:\n- type: metrics-data-source\nschedulingProfiles:\n- name: a\n  plugins:\n  - pluginRef: metrics-data-source\n",
-                "schedulingProfiles[0].plugins[0].pluginRef: plugin \"metrics-data-source\" (type \"metrics-data-source\") is not a scorer or picker",
+                "schedulingProfiles[0].plugins[0].pluginRef: plugin \"metrics-data-source\" (type \"metrics-data-source\") is not a filter, scorer or picker",
             ),
             (
                 "plugins:\n- type: queue-scorer\ndataLayer:\n  discovery: {pluginRef: queue-scorer}\n",
@@ -778,7 +1215,6 @@ mod tests {
             ),
             ("featureGates: [flowControl]\n", "featureGates[0]: \"flowControl\" is not supported"),
             ("featureGates: [fastPath]\n", "featureGates[0]: unknown feature gate \"fastPath\""),
-            ("flowControl: {maxRequests: 10}\n", "flowControl: not supported by wasm-epp yet"),
             (
                 "plugins:\n- type: approx-prefix-cache-producer\n- name: second\n  type: approx-prefix-cache-producer\n",
                 "plugins[1].type: only one approx-prefix-cache-producer",

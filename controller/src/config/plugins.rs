@@ -3,9 +3,12 @@
 use serde::de::DeserializeOwned;
 use serde_yaml::{Mapping, Value};
 use wasm_epp::scheduler::profile::{
-    ActiveRequestParams, PickerSpec, PrefixCacheParams, ScorerSpec,
+    ActiveRequestParams, FilterSpec, LoadAwareParams, PickerSpec, PrefixCacheParams, ScorerSpec,
+    UtilizationParams,
 };
 
+use super::selector;
+use crate::cli::parse_duration;
 use crate::discovery::file::FileSource;
 
 /// A built plugin instance.
@@ -20,6 +23,11 @@ pub(crate) enum Plugin {
     PrefixProducer(PrefixCacheParams),
     /// A picker.
     Picker(PickerSpec),
+    /// A filter.
+    Filter(FilterSpec),
+    /// `utilization-detector`: the saturation detector, which a profile may also use as a
+    /// filter.
+    Detector(UtilizationParams),
     /// `file-discovery`.
     Discovery(FileSource),
     /// A plugin whose behaviour wasm-epp has built in; configuring it changes nothing.
@@ -39,20 +47,14 @@ pub(crate) enum Role {
     DataProducer,
     /// `openai-parser`, `passthrough-parser`.
     Parser,
-    /// `utilization-detector`.
-    SaturationDetector,
 }
 
 /// Valid upstream plugin types wasm-epp does not implement yet (named as such in errors).
 const NOT_YET_SUPPORTED: &[&str] = &[
     // Scorers.
-    "lora-affinity-scorer",
-    "running-requests-size-scorer",
-    "load-aware-scorer",
     "token-load-scorer",
     "no-hit-lru-scorer",
     "context-length-aware",
-    "session-affinity-scorer",
     "header-label-affinity-scorer",
     "endpoint-attribute-scorer",
     "latency-scorer",
@@ -60,11 +62,7 @@ const NOT_YET_SUPPORTED: &[&str] = &[
     "topology-affinity-scorer",
     "precise-prefix-cache-scorer",
     // Filters.
-    "decode-filter",
-    "prefill-filter",
     "encode-filter",
-    "label-selector-filter",
-    "by-label-selector",
     "by-label",
     "prefix-cache-affinity-filter",
     "utilization-filter",
@@ -74,8 +72,6 @@ const NOT_YET_SUPPORTED: &[&str] = &[
     "topology-affinity-filter",
     "concurrency-detector",
     "header-based-testing-filter",
-    // Pickers.
-    "weighted-random-picker",
     // Profile handlers and deciders.
     "disagg-profile-handler",
     "prefix-based-pd-decider",
@@ -137,7 +133,7 @@ pub(crate) fn build(
     let params = |allowed: &[&str], unsupported: &[&str]| {
         Params::new(&params_at, plugin_type, parameters, allowed, unsupported)
     };
-    let mut inherent = |role| {
+    let inherent = |role, warnings: &mut Vec<String>| {
         if parameters.is_some_and(|p| !is_empty(p)) {
             warnings.push(format!(
                 "{params_at}: ignored; wasm-epp has no settings for {plugin_type:?}"
@@ -165,28 +161,79 @@ pub(crate) fn build(
         "active-request-scorer" => {
             active_request_scorer(&params(&["idleThreshold", "maxBusyScore"], &[])?)
         }
-        "approx-prefix-cache-producer" => prefix_producer(&params(
+        "lora-affinity-scorer" => {
+            params(&[], &[])?;
+            Ok(scorer(ScorerSpec::LoraAffinity))
+        }
+        "running-requests-size-scorer" => {
+            params(&[], &[])?;
+            Ok(scorer(ScorerSpec::RunningRequestsSize))
+        }
+        "load-aware-scorer" => {
+            let params = params(&["threshold"], &[])?;
+            let mut load = LoadAwareParams::default();
+            if let Some(threshold) = params.positive("threshold")? {
+                load.threshold = threshold;
+            }
+            Ok(scorer(ScorerSpec::LoadAware(load)))
+        }
+        "session-affinity-scorer" => session_affinity_scorer(&params(
+            &["strategy", "headerName"],
             &[
-                "autoTune",
-                "blockSizeTokens",
-                "maxPrefixTokensToMatch",
-                "lruCapacityPerServer",
+                "profileName",
+                "evictionTtlSeconds",
+                "evictionSweepSeconds",
+                "missThreshold",
+                "algorithm",
             ],
-            &["maxPrefixBlocksToMatch", "blockSize"],
         )?),
+        "approx-prefix-cache-producer" => prefix_producer(
+            &params(
+                &[
+                    "autoTune",
+                    "blockSizeTokens",
+                    "maxPrefixTokensToMatch",
+                    "lruCapacityPerServer",
+                ],
+                &["maxPrefixBlocksToMatch", "blockSize"],
+            )?,
+            warnings,
+        ),
         "max-score-picker" => Ok(Plugin::Picker(PickerSpec::MaxScore {
             max_num_of_endpoints: max_endpoints(&params(&["maxNumOfEndpoints"], &[])?)?,
         })),
         "random-picker" => Ok(Plugin::Picker(PickerSpec::Random {
             max_num_of_endpoints: max_endpoints(&params(&["maxNumOfEndpoints"], &[])?)?,
         })),
+        "weighted-random-picker" => Ok(Plugin::Picker(PickerSpec::WeightedRandom {
+            max_num_of_endpoints: max_endpoints(&params(&["maxNumOfEndpoints"], &[])?)?,
+        })),
+        "label-selector-filter" | "by-label-selector" => Ok(Plugin::Filter(
+            FilterSpec::LabelSelector(selector::parse(&params_at, parameters, warnings)?),
+        )),
+        "decode-filter" => {
+            params(&[], &[])?;
+            Ok(Plugin::Filter(FilterSpec::Decode))
+        }
+        "prefill-filter" => {
+            params(&[], &[])?;
+            Ok(Plugin::Filter(FilterSpec::Prefill))
+        }
+        "utilization-detector" => utilization_detector(&params(
+            &[
+                "queueDepthThreshold",
+                "kvCacheUtilThreshold",
+                "metricsStalenessThreshold",
+                "headroom",
+            ],
+            &["inFlightLoadProducerName"],
+        )?),
         "file-discovery" => file_discovery(&params(&["path", "watchFile"], &[])?),
-        "metrics-data-source" => inherent(Role::DataSource),
-        "core-metrics-extractor" => inherent(Role::Extractor),
-        "single-profile-handler" => inherent(Role::ProfileHandler),
-        "token-producer" => inherent(Role::DataProducer),
-        "openai-parser" | "passthrough-parser" => inherent(Role::Parser),
-        "utilization-detector" => inherent(Role::SaturationDetector),
+        "metrics-data-source" => inherent(Role::DataSource, warnings),
+        "core-metrics-extractor" => inherent(Role::Extractor, warnings),
+        "single-profile-handler" => inherent(Role::ProfileHandler, warnings),
+        "token-producer" => inherent(Role::DataProducer, warnings),
+        "openai-parser" | "passthrough-parser" => inherent(Role::Parser, warnings),
         "" => Err(format!("{at}.type: must not be empty")),
         other if NOT_YET_SUPPORTED.contains(&other) => Err(format!(
             "{at}.type: plugin type {other:?} is not supported by wasm-epp yet"
@@ -233,7 +280,79 @@ fn active_request_scorer(params: &Params<'_>) -> Result<Plugin, String> {
     Ok(scorer(ScorerSpec::ActiveRequest(active)))
 }
 
-fn prefix_producer(params: &Params<'_>) -> Result<Plugin, String> {
+/// The session token header the `encoded_endpoint_header` strategy reads and writes.
+const SESSION_TOKEN_HEADER: &str = "x-session-token";
+
+fn session_affinity_scorer(params: &Params<'_>) -> Result<Plugin, String> {
+    match params.get::<String>("strategy")?.as_deref() {
+        None | Some("encoded_endpoint_header") => {}
+        Some(strategy @ ("session_id" | "session_id_header")) => {
+            return Err(params.error(
+                "strategy",
+                &format!(
+                "{strategy:?} is not supported by wasm-epp yet (only \"encoded_endpoint_header\")"
+            ),
+            ))
+        }
+        Some(other) => {
+            return Err(params.error(
+                "strategy",
+                &format!("unknown strategy {other:?} (expected \"encoded_endpoint_header\")"),
+            ))
+        }
+    }
+    if let Some(header) = params.get::<String>("headerName")? {
+        if !header.eq_ignore_ascii_case(SESSION_TOKEN_HEADER) {
+            return Err(params.error(
+                "headerName",
+                &format!(
+                    "{header:?} is not supported by wasm-epp yet (only the default {SESSION_TOKEN_HEADER:?})"
+                ),
+            ));
+        }
+    }
+    Ok(scorer(ScorerSpec::SessionAffinity))
+}
+
+fn utilization_detector(params: &Params<'_>) -> Result<Plugin, String> {
+    let mut detector = UtilizationParams::default();
+    if let Some(depth) = params.positive("queueDepthThreshold")? {
+        detector.queue_depth_threshold = depth as f64;
+    }
+    if let Some(kv) = params.get::<f64>("kvCacheUtilThreshold")? {
+        if !(kv > 0.0 && kv <= 1.0) {
+            return Err(params.error(
+                "kvCacheUtilThreshold",
+                "must be greater than 0 and at most 1",
+            ));
+        }
+        detector.kv_cache_util_threshold = kv;
+    }
+    if let Some(value) = params.value("metricsStalenessThreshold") {
+        let key = "metricsStalenessThreshold";
+        let Some(text) = value.as_str() else {
+            return Err(params.error(key, "must be a duration string such as 200ms"));
+        };
+        let duration = parse_duration(text).map_err(|e| params.error(key, &e))?;
+        if duration.is_zero() {
+            return Err(params.error(key, "must be greater than 0"));
+        }
+        if duration.subsec_nanos() % 1_000_000 != 0 {
+            return Err(params.error(key, "must be a whole number of milliseconds"));
+        }
+        detector.metrics_staleness_threshold_ms =
+            u64::try_from(duration.as_millis()).map_err(|_| params.error(key, "too large"))?;
+    }
+    if let Some(headroom) = params.get::<f64>("headroom")? {
+        if !(headroom.is_finite() && headroom >= 0.0) {
+            return Err(params.error("headroom", "must be a finite number of at least 0"));
+        }
+        detector.headroom = headroom;
+    }
+    Ok(Plugin::Detector(detector))
+}
+
+fn prefix_producer(params: &Params<'_>, warnings: &mut Vec<String>) -> Result<Plugin, String> {
     let mut prefix = PrefixCacheParams::default();
     if let Some(auto_tune) = params.get("autoTune")? {
         prefix.auto_tune = auto_tune;
@@ -244,8 +363,12 @@ fn prefix_producer(params: &Params<'_>) -> Result<Plugin, String> {
     if let Some(tokens) = params.positive("maxPrefixTokensToMatch")? {
         prefix.max_prefix_tokens_to_match = tokens;
     }
-    if let Some(capacity) = params.positive("lruCapacityPerServer")? {
-        prefix.lru_capacity_per_server = capacity;
+    if params.positive("lruCapacityPerServer")?.is_some() {
+        warnings.push(format!(
+            "{}.lruCapacityPerServer: ignored; wasm-epp's prefix index is shared by all Envoy \
+             workers and bounded by the filter's prefixIndexBuckets",
+            params.at
+        ));
     }
     Ok(Plugin::PrefixProducer(prefix))
 }
@@ -322,11 +445,16 @@ impl<'v> Params<'v> {
         Ok(Params { at, map })
     }
 
-    /// The parameter `key`, decoded as `T`.
-    fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, String> {
+    /// The parameter `key` as given; `None` when absent or null.
+    fn value(&self, key: &str) -> Option<&'v Value> {
         self.map
             .and_then(|map| map.get(key))
             .filter(|value| !value.is_null())
+    }
+
+    /// The parameter `key`, decoded as `T`.
+    fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, String> {
+        self.value(key)
             .map(|value| {
                 serde_yaml::from_value(value.clone()).map_err(|e| self.error(key, &e.to_string()))
             })
@@ -398,13 +526,151 @@ mod tests {
 
     #[test]
     fn unknown_and_unsupported_types_are_told_apart() {
-        let err = build_yaml("lora-affinity-scorer", "{}").unwrap_err();
+        let err = build_yaml("token-load-scorer", "{}").unwrap_err();
         assert_eq!(
             err,
-            "plugins[0].type: plugin type \"lora-affinity-scorer\" is not supported by wasm-epp yet"
+            "plugins[0].type: plugin type \"token-load-scorer\" is not supported by wasm-epp yet"
         );
         let err = build_yaml("bar", "{}").unwrap_err();
         assert_eq!(err, "plugins[0].type: unknown plugin type \"bar\"");
+    }
+
+    fn built(plugin_type: &str, parameters: &str) -> Plugin {
+        build_yaml(plugin_type, parameters)
+            .unwrap_or_else(|e| panic!("{plugin_type} {parameters}: {e}"))
+    }
+
+    #[test]
+    fn new_scorers_with_defaults_and_parameters() {
+        for (plugin_type, spec) in [
+            ("lora-affinity-scorer", ScorerSpec::LoraAffinity),
+            (
+                "running-requests-size-scorer",
+                ScorerSpec::RunningRequestsSize,
+            ),
+            (
+                "load-aware-scorer",
+                ScorerSpec::LoadAware(LoadAwareParams { threshold: 128 }),
+            ),
+            ("session-affinity-scorer", ScorerSpec::SessionAffinity),
+        ] {
+            assert_eq!(
+                built(plugin_type, "{}"),
+                scorer(spec.clone()),
+                "{plugin_type}"
+            );
+            assert_eq!(built(plugin_type, "~"), scorer(spec), "{plugin_type}");
+        }
+        assert_eq!(
+            built("load-aware-scorer", "{threshold: 16}"),
+            scorer(ScorerSpec::LoadAware(LoadAwareParams { threshold: 16 }))
+        );
+        assert_eq!(
+            built(
+                "session-affinity-scorer",
+                "{strategy: encoded_endpoint_header, headerName: X-Session-Token}"
+            ),
+            scorer(ScorerSpec::SessionAffinity)
+        );
+    }
+
+    #[test]
+    fn new_filters_and_picker() {
+        assert_eq!(
+            built("decode-filter", "{}"),
+            Plugin::Filter(FilterSpec::Decode)
+        );
+        assert_eq!(
+            built("prefill-filter", "~"),
+            Plugin::Filter(FilterSpec::Prefill)
+        );
+        assert_eq!(
+            built("weighted-random-picker", "{}"),
+            Plugin::Picker(PickerSpec::WeightedRandom {
+                max_num_of_endpoints: 1
+            })
+        );
+        assert_eq!(
+            built("weighted-random-picker", "{maxNumOfEndpoints: 3}"),
+            Plugin::Picker(PickerSpec::WeightedRandom {
+                max_num_of_endpoints: 3
+            })
+        );
+        for plugin_type in ["label-selector-filter", "by-label-selector"] {
+            let Plugin::Filter(FilterSpec::LabelSelector(selector)) =
+                built(plugin_type, "{matchLabels: {llm-d.ai/role: decode}}")
+            else {
+                panic!("{plugin_type}: not a label selector filter");
+            };
+            assert_eq!(selector.match_labels["llm-d.ai/role"], "decode");
+        }
+    }
+
+    #[test]
+    fn utilization_detector_defaults_and_parameters() {
+        assert_eq!(
+            built("utilization-detector", "{}"),
+            Plugin::Detector(UtilizationParams::default())
+        );
+        assert_eq!(
+            built(
+                "utilization-detector",
+                "{queueDepthThreshold: 10, kvCacheUtilThreshold: 1, metricsStalenessThreshold: 1.5s, headroom: 0.25}"
+            ),
+            Plugin::Detector(UtilizationParams {
+                queue_depth_threshold: 10.0,
+                kv_cache_util_threshold: 1.0,
+                metrics_staleness_threshold_ms: 1500,
+                headroom: 0.25,
+            })
+        );
+        let Plugin::Detector(params) = built(
+            "utilization-detector",
+            "{metricsStalenessThreshold: 1m30s, headroom: 0}",
+        ) else {
+            panic!("not a detector");
+        };
+        assert_eq!(params.metrics_staleness_threshold_ms, 90_000);
+        assert_eq!(params.headroom, 0.0);
+    }
+
+    #[test]
+    fn new_plugin_parameter_errors_name_the_parameter() {
+        let at = "plugins[0].parameters";
+        for (plugin_type, parameters, expected) in [
+            ("lora-affinity-scorer", "{x: 1}", format!("{at}.x: unknown parameter of \"lora-affinity-scorer\" (it takes none)")),
+            ("running-requests-size-scorer", "{x: 1}", format!("{at}.x: unknown parameter")),
+            ("load-aware-scorer", "{threshold: 0}", format!("{at}.threshold: must be at least 1")),
+            ("load-aware-scorer", "{threshold: -3}", format!("{at}.threshold: invalid")),
+            ("load-aware-scorer", "{queueThreshold: 3}", format!("{at}.queueThreshold: unknown parameter")),
+            ("session-affinity-scorer", "{strategy: session_id}", format!("{at}.strategy: \"session_id\" is not supported by wasm-epp yet")),
+            ("session-affinity-scorer", "{strategy: session_id_header}", format!("{at}.strategy: \"session_id_header\" is not supported by wasm-epp yet")),
+            ("session-affinity-scorer", "{strategy: sticky}", format!("{at}.strategy: unknown strategy \"sticky\"")),
+            ("session-affinity-scorer", "{headerName: x-my-session}", format!("{at}.headerName: \"x-my-session\" is not supported by wasm-epp yet")),
+            ("session-affinity-scorer", "{profileName: prefill}", format!("{at}.profileName: parameter of \"session-affinity-scorer\" not supported by wasm-epp yet")),
+            ("session-affinity-scorer", "{evictionTtlSeconds: 60}", format!("{at}.evictionTtlSeconds: parameter of \"session-affinity-scorer\" not supported")),
+            ("session-affinity-scorer", "{ttl: 60}", format!("{at}.ttl: unknown parameter")),
+            ("decode-filter", "{role: x}", format!("{at}.role: unknown parameter of \"decode-filter\"")),
+            ("prefill-filter", "[x]", format!("{at}: must be a mapping")),
+            ("label-selector-filter", "{matchExpressions: [{key: a, operator: In}]}", format!("{at}.matchExpressions[0].values: must not be empty for operator In")),
+            ("weighted-random-picker", "{maxNumOfEndpoints: 0}", format!("{at}.maxNumOfEndpoints: must be at least 1")),
+            ("weighted-random-picker", "{seed: 1}", format!("{at}.seed: unknown parameter")),
+            ("utilization-detector", "{queueDepthThreshold: 0}", format!("{at}.queueDepthThreshold: must be at least 1")),
+            ("utilization-detector", "{queueDepthThreshold: 2.5}", format!("{at}.queueDepthThreshold: invalid type")),
+            ("utilization-detector", "{kvCacheUtilThreshold: 0}", format!("{at}.kvCacheUtilThreshold: must be greater than 0 and at most 1")),
+            ("utilization-detector", "{kvCacheUtilThreshold: 1.2}", format!("{at}.kvCacheUtilThreshold: must be greater than 0 and at most 1")),
+            ("utilization-detector", "{metricsStalenessThreshold: 200}", format!("{at}.metricsStalenessThreshold: must be a duration string such as 200ms")),
+            ("utilization-detector", "{metricsStalenessThreshold: soon}", format!("{at}.metricsStalenessThreshold: invalid duration \"soon\"")),
+            ("utilization-detector", "{metricsStalenessThreshold: 0s}", format!("{at}.metricsStalenessThreshold: must be greater than 0")),
+            ("utilization-detector", "{metricsStalenessThreshold: 0.5ms}", format!("{at}.metricsStalenessThreshold: must be a whole number of milliseconds")),
+            ("utilization-detector", "{headroom: -0.1}", format!("{at}.headroom: must be a finite number of at least 0")),
+            ("utilization-detector", "{inFlightLoadProducerName: p}", format!("{at}.inFlightLoadProducerName: parameter of \"utilization-detector\" not supported by wasm-epp yet")),
+            ("utilization-detector", "{queueDepth: 3}", format!("{at}.queueDepth: unknown parameter")),
+        ] {
+            let err = build_yaml(plugin_type, parameters).unwrap_err();
+            assert!(err.starts_with(&expected), "{plugin_type} {parameters}\n  gave: {err}\n  want: {expected}");
+            assert!(!err.contains('\n'), "{err}");
+        }
     }
 
     #[test]

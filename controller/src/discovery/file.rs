@@ -77,19 +77,11 @@ impl FileSource {
         if !self.watch {
             return;
         }
-        let mut last: Option<Result<Vec<u8>, String>> = None;
-        let mut ticker = tokio::time::interval(POLL_INTERVAL);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            let path = self.path.clone();
-            let read = tokio::task::spawn_blocking(move || read_limited(&path))
-                .await
-                .unwrap_or_else(|e| Err(format!("reading the file failed: {e}")));
-            if last.as_ref() == Some(&read) {
-                continue;
-            }
-            match &read {
+        let path = self.path.clone();
+        poll_for_changes(
+            None,
+            move || read_limited(&path),
+            |read: &Result<Vec<u8>, String>| match read {
                 Ok(bytes) => match parse_endpoints(bytes) {
                     Ok(endpoints) => {
                         let count = endpoints.len();
@@ -106,14 +98,42 @@ impl FileSource {
                     "{}: {e}; keeping the previous endpoint list",
                     self.path.display()
                 ),
-            }
-            last = Some(read);
+            },
+        )
+        .await
+    }
+}
+
+/// Runs `read` on a blocking thread every [`POLL_INTERVAL`] (the first time at once) and calls
+/// `apply` with each result that differs from the previous one. `initial` is the result the
+/// first read is compared with (`None`: the first read is always applied). Never returns; the
+/// watching task is dropped to stop it. Shared by file discovery and the manifests watcher.
+pub async fn poll_for_changes<T, R, A>(initial: Option<T>, read: R, mut apply: A)
+where
+    T: PartialEq + Send + 'static,
+    R: Fn() -> T + Clone + Send + 'static,
+    A: FnMut(&T),
+{
+    let mut last = initial;
+    let mut ticker = tokio::time::interval(POLL_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let read = read.clone();
+        // A read that panicked is tried again at the next tick.
+        let Ok(current) = tokio::task::spawn_blocking(read).await else {
+            continue;
+        };
+        if last.as_ref() == Some(&current) {
+            continue;
         }
+        apply(&current);
+        last = Some(current);
     }
 }
 
 /// Reads `path`, refusing files over [`MAX_FILE_BYTES`].
-fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
+pub fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
     let mut bytes = Vec::new();

@@ -4,5 +4,6 @@
 mod admin;
 mod common;
 mod discovery;
+mod manifests;
 mod snapshot;
 mod startup;

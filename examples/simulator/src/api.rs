@@ -27,6 +27,11 @@ pub const DESTINATION_HEADER: HeaderName =
 pub const RECEIVED_DESTINATION_HEADER: HeaderName =
     HeaderName::from_static("x-sim-received-destination");
 
+/// Names (comma-separated, sorted) of the gateway control headers the request arrived with —
+/// `x-llm-d-*` and `x-gateway-*` other than the destination — so tests can see what a gateway
+/// forwarded. Absent when there were none.
+pub const RECEIVED_CONTROL_HEADER: HeaderName = HeaderName::from_static("x-sim-received-control");
+
 /// Largest request body accepted.
 const MAX_BODY_BYTES: usize = 16 << 20;
 
@@ -37,6 +42,7 @@ where
     B::Error: Into<Box<dyn Error + Send + Sync>>,
 {
     let destination = request.headers().get(DESTINATION_HEADER).cloned();
+    let control = control_header_names(request.headers());
     let mut response = route(&app, request)
         .await
         .unwrap_or_else(ApiError::into_response);
@@ -45,7 +51,25 @@ where
     if let Some(destination) = destination {
         headers.insert(RECEIVED_DESTINATION_HEADER, destination);
     }
+    if let Some(control) = control {
+        headers.insert(RECEIVED_CONTROL_HEADER, control);
+    }
     Ok(response)
+}
+
+fn control_header_names(headers: &hyper::HeaderMap) -> Option<hyper::header::HeaderValue> {
+    let mut names: Vec<&str> = headers
+        .keys()
+        .map(|k| k.as_str())
+        .filter(|k| {
+            (k.starts_with("x-llm-d-") || k.starts_with("x-gateway-")) && *k != DESTINATION_HEADER
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    (!names.is_empty())
+        .then(|| hyper::header::HeaderValue::from_str(&names.join(",")).ok())
+        .flatten()
 }
 
 async fn route<B>(app: &Arc<App>, request: Request<B>) -> Result<Response<Body>, ApiError>
@@ -177,6 +201,24 @@ mod tests {
         assert_eq!(
             response.headers()[RECEIVED_DESTINATION_HEADER],
             "10.0.0.1:8000"
+        );
+        assert!(response.headers().get(RECEIVED_CONTROL_HEADER).is_none());
+    }
+
+    #[test]
+    fn control_headers_are_listed_by_name() {
+        let mut headers = hyper::HeaderMap::new();
+        for name in [
+            "x-llm-d-inference-objective",
+            "x-gateway-destination-endpoint-subset",
+            "accept",
+        ] {
+            headers.insert(HeaderName::from_static(name), "v".parse().unwrap());
+        }
+        headers.insert(DESTINATION_HEADER, "10.0.0.1:1".parse().unwrap());
+        assert_eq!(
+            control_header_names(&headers).unwrap(),
+            "x-gateway-destination-endpoint-subset,x-llm-d-inference-objective"
         );
     }
 

@@ -2,6 +2,7 @@
 
 mod max_score_picker;
 mod random_picker;
+mod weighted_random_picker;
 
 use super::profile::PickerSpec;
 use super::rng::Rng;
@@ -12,6 +13,9 @@ pub fn pick(spec: &PickerSpec, totals: &[f64], rng: &mut Rng) -> Vec<usize> {
         PickerSpec::MaxScore {
             max_num_of_endpoints,
         } => max_score_picker::pick(totals, *max_num_of_endpoints, rng),
+        PickerSpec::WeightedRandom {
+            max_num_of_endpoints,
+        } => weighted_random_picker::pick(totals, *max_num_of_endpoints, rng),
         PickerSpec::Random {
             max_num_of_endpoints,
         } => random_picker::pick(totals.len(), *max_num_of_endpoints, rng),

@@ -4,10 +4,10 @@
 //! decisions tells how many leading blocks each endpoint likely has cached.
 
 mod hashing;
-mod index;
+pub mod index;
 
 pub use hashing::block_hashes;
-pub use index::PrefixIndex;
+pub use index::{BlockStore, MemoryStore};
 
 use super::profile::PrefixCacheParams;
 use super::Request;
@@ -25,16 +25,14 @@ pub struct PrefixMatch {
     pub matched_blocks: Vec<usize>,
     /// Tokens per block.
     pub block_size_tokens: u64,
-    /// Per-endpoint index capacity, in blocks, to record this request with.
-    pub capacity: usize,
 }
 
 /// Computes the request's block hashes and each candidate's match against the index.
 pub fn produce(
     params: &PrefixCacheParams,
-    endpoints: &[Endpoint],
+    endpoints: &[&Endpoint],
     request: &Request<'_>,
-    index: &PrefixIndex,
+    index: &dyn BlockStore,
 ) -> PrefixMatch {
     let first = endpoints.first().map(|e| &e.metrics);
     let tuned_block = first
@@ -44,10 +42,6 @@ pub fn produce(
     let block_size_tokens = tuned_block
         .unwrap_or(params.block_size_tokens)
         .max(MIN_BLOCK_SIZE_TOKENS);
-    let capacity = first
-        .and_then(|m| m.num_gpu_blocks)
-        .filter(|&n| params.auto_tune && n > 0)
-        .unwrap_or(params.lru_capacity_per_server);
     let max_blocks = (params.max_prefix_tokens_to_match / block_size_tokens) as usize;
     let hashes = block_hashes(
         request.model,
@@ -56,12 +50,11 @@ pub fn produce(
         block_size_tokens,
         max_blocks,
     );
-    let matched_blocks = index.matched_blocks(endpoints, &hashes);
+    let matched_blocks = index::matched_blocks(index, endpoints, &hashes);
     PrefixMatch {
         hashes,
         matched_blocks,
         block_size_tokens,
-        capacity: usize::try_from(capacity).unwrap_or(usize::MAX),
     }
 }
 
@@ -74,29 +67,32 @@ mod tests {
 
     #[test]
     fn block_size_is_auto_tuned_with_a_floor_of_64() {
-        let mut endpoints = vec![endpoint(1, 0, 0.0)];
+        let mut owned = [endpoint(1, 0, 0.0)];
         let request = Request {
             model: "m",
             prompt: &[7; 1024],
-            cache_salt: "",
+            ..Request::default()
         };
-        let index = PrefixIndex::default();
-        let p = produce(&PrefixCacheParams::default(), &endpoints, &request, &index);
+        let index = MemoryStore::new(16);
+        let p = produce(
+            &PrefixCacheParams::default(),
+            &[&owned[0]],
+            &request,
+            &index,
+        );
         assert_eq!(p.block_size_tokens, 64);
         assert_eq!(p.hashes.len(), 4); // 1024 bytes = 256 tokens = 4 blocks of 64
-        endpoints[0].metrics.block_size = Some(128);
-        endpoints[0].metrics.num_gpu_blocks = Some(10);
+        owned[0].metrics.block_size = Some(128);
+        owned[0].metrics.num_gpu_blocks = Some(10);
+        let endpoints = [&owned[0]];
         let p = produce(&PrefixCacheParams::default(), &endpoints, &request, &index);
-        assert_eq!(
-            (p.block_size_tokens, p.hashes.len(), p.capacity),
-            (128, 2, 10)
-        );
+        assert_eq!((p.block_size_tokens, p.hashes.len()), (128, 2));
         let fixed = PrefixCacheParams {
             auto_tune: false,
             ..PrefixCacheParams::default()
         };
         let p = produce(&fixed, &endpoints, &request, &index);
-        assert_eq!((p.block_size_tokens, p.capacity), (64, 31_250));
+        assert_eq!(p.block_size_tokens, 64);
     }
 
     #[test]
@@ -108,13 +104,13 @@ mod tests {
         let request = Request {
             model: "m",
             prompt: &[7; 4096],
-            cache_salt: "",
+            ..Request::default()
         };
         let p = produce(
             &params,
-            &[endpoint(1, 0, 0.0)],
+            &[&endpoint(1, 0, 0.0)],
             &request,
-            &PrefixIndex::default(),
+            &MemoryStore::new(16),
         );
         assert_eq!(p.hashes.len(), 2);
     }

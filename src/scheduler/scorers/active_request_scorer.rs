@@ -24,7 +24,8 @@ pub fn score(params: &ActiveRequestParams, input: &ScoringInput<'_>) -> Vec<f64>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::test_support::endpoint;
+    use crate::scheduler::test_support::{endpoint, input};
+    use crate::scheduler::Request;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -35,24 +36,26 @@ mod tests {
             endpoint(2, 0, 0.0),
             endpoint(3, 0, 0.0),
         ];
-        let input = ScoringInput {
-            endpoints: &endpoints,
+        let refs: Vec<_> = endpoints.iter().collect();
+        let request = Request::default();
+        let scoring = ScoringInput {
             prefix: None,
             in_flight: &[0, 2, 4],
+            ..input(&refs, &request)
         };
         assert_eq!(
-            score(&ActiveRequestParams::default(), &input),
+            score(&ActiveRequestParams::default(), &scoring),
             vec![1.0, 0.5, 0.0]
         );
         let params = ActiveRequestParams {
             idle_threshold: 2,
             max_busy_score: 0.5,
         };
-        assert_eq!(score(&params, &input), vec![1.0, 1.0, 0.0]);
+        assert_eq!(score(&params, &scoring), vec![1.0, 1.0, 0.0]);
         let none = ScoringInput {
-            endpoints: &endpoints,
             prefix: None,
             in_flight: &[],
+            ..input(&refs, &request)
         };
         assert_eq!(score(&params, &none), vec![1.0, 1.0, 1.0]);
     }

@@ -14,7 +14,8 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::test_support::endpoint;
+    use crate::scheduler::test_support::{endpoint, input};
+    use crate::scheduler::Request;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -25,11 +26,13 @@ mod tests {
             endpoint(2, 0, 0.25),
             endpoint(3, 0, 1.0),
         ];
-        let input = ScoringInput {
-            endpoints: &endpoints,
+        let refs: Vec<_> = endpoints.iter().collect();
+        let request = Request::default();
+        let scoring = ScoringInput {
             prefix: None,
             in_flight: &[],
+            ..input(&refs, &request)
         };
-        assert_eq!(score(&input), vec![1.0, 0.75, 0.0]);
+        assert_eq!(score(&scoring), vec![1.0, 0.75, 0.0]);
     }
 }

@@ -3,8 +3,12 @@
 
 mod active_request_scorer;
 mod kv_cache_utilization_scorer;
+mod load_aware_scorer;
+mod lora_affinity_scorer;
 mod prefix_cache_scorer;
 mod queue_scorer;
+mod running_requests_size_scorer;
+mod session_affinity_scorer;
 
 use super::profile::ScorerSpec;
 use super::ScoringInput;
@@ -16,6 +20,10 @@ pub fn score(spec: &ScorerSpec, input: &ScoringInput<'_>) -> Vec<f64> {
         ScorerSpec::KvCacheUtilization => kv_cache_utilization_scorer::score(input),
         ScorerSpec::PrefixCache(params) => prefix_cache_scorer::score(params, input),
         ScorerSpec::ActiveRequest(params) => active_request_scorer::score(params, input),
+        ScorerSpec::LoraAffinity => lora_affinity_scorer::score(input),
+        ScorerSpec::RunningRequestsSize => running_requests_size_scorer::score(input),
+        ScorerSpec::LoadAware(params) => load_aware_scorer::score(params, input),
+        ScorerSpec::SessionAffinity => session_affinity_scorer::score(input),
     }
 }
 

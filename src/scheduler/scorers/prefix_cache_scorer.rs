@@ -28,7 +28,8 @@ pub fn score(params: &PrefixCacheParams, input: &ScoringInput<'_>) -> Vec<f64> {
 mod tests {
     use super::*;
     use crate::scheduler::prefix::PrefixMatch;
-    use crate::scheduler::test_support::endpoint;
+    use crate::scheduler::test_support::{endpoint, input};
+    use crate::scheduler::Request;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -39,19 +40,20 @@ mod tests {
             endpoint(2, 0, 0.0),
             endpoint(3, 0, 0.0),
         ];
+        let refs: Vec<_> = endpoints.iter().collect();
+        let request = Request::default();
         let prefix = PrefixMatch {
             hashes: vec![1, 2, 3, 4],
             matched_blocks: vec![4, 2, 0],
             block_size_tokens: 64,
-            capacity: 10,
         };
-        let input = ScoringInput {
-            endpoints: &endpoints,
+        let scoring = ScoringInput {
             prefix: Some(&prefix),
             in_flight: &[],
+            ..input(&refs, &request)
         };
         assert_eq!(
-            score(&PrefixCacheParams::default(), &input),
+            score(&PrefixCacheParams::default(), &scoring),
             vec![1.0, 0.5, 0.0]
         );
         let params = PrefixCacheParams {
@@ -60,11 +62,11 @@ mod tests {
             ..PrefixCacheParams::default()
         };
         // endpoint 2: length = 128/256 = 0.5 → 0.5·0.25 + 0.5·0.5 = 0.375
-        assert_eq!(score(&params, &input), vec![1.0, 0.375, 0.0]);
+        assert_eq!(score(&params, &scoring), vec![1.0, 0.375, 0.0]);
         let none = ScoringInput {
-            endpoints: &endpoints,
             prefix: None,
             in_flight: &[],
+            ..input(&refs, &request)
         };
         assert_eq!(score(&params, &none), vec![0.0; 3]);
     }

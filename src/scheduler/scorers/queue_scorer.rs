@@ -16,7 +16,8 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::test_support::endpoint;
+    use crate::scheduler::test_support::{endpoint, input};
+    use crate::scheduler::Request;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -30,12 +31,13 @@ mod tests {
         ];
         for (queues, expected) in table {
             let endpoints: Vec<_> = queues.iter().map(|&q| endpoint(1, q, 0.0)).collect();
-            let input = ScoringInput {
-                endpoints: &endpoints,
-                prefix: None,
-                in_flight: &[],
-            };
-            assert_eq!(score(&input), expected, "queues {queues:?}");
+            let refs: Vec<_> = endpoints.iter().collect();
+            let request = Request::default();
+            assert_eq!(
+                score(&input(&refs, &request)),
+                expected,
+                "queues {queues:?}"
+            );
         }
     }
 }

@@ -1,0 +1,320 @@
+//! End-to-end scheduling behaviour through the real Envoy: LoRA affinity, shedding by
+//! objective, model rewrites, the subset hint, prefix stickiness across workers, control
+//! headers and the decision header. Needs `make build envoy`.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+
+const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+/// A config with file discovery and one profile of these `pluginRef: weight` scorers.
+fn config(plugins: &[&str], profile: &[(&str, u32)]) -> String {
+    let mut yaml =
+        String::from("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n");
+    for plugin in plugins {
+        yaml.push_str(&format!("- type: {plugin}\n"));
+    }
+    yaml.push_str("- type: file-discovery\n  parameters: {path: \"{ENDPOINTS}\"}\n");
+    yaml.push_str("schedulingProfiles:\n- name: default\n  plugins:\n");
+    for (name, weight) in profile {
+        yaml.push_str(&format!("  - pluginRef: {name}\n    weight: {weight}\n"));
+    }
+    yaml.push_str("dataLayer:\n  discovery: {pluginRef: file-discovery}\n");
+    yaml
+}
+
+fn body(model: &str, prompt: &str, extra: serde_json::Value) -> String {
+    let mut body = serde_json::json!({"model": model, "prompt": prompt, "max_tokens": 2});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    body.to_string()
+}
+
+#[test]
+fn lora_requests_follow_the_active_adapter() {
+    let lora = [
+        "--lora-modules",
+        "sql,chat",
+        "--max-loras",
+        "1",
+        "--itl-ms",
+        "100",
+    ];
+    let f = fleet_from(
+        "lora",
+        FleetSpec {
+            sims: &[("a", &lora), ("b", &lora)],
+            config: Some(&config(
+                &["lora-affinity-scorer"],
+                &[("lora-affinity-scorer", 1)],
+            )),
+            ..FleetSpec::default()
+        },
+    );
+    f.envoy.wait_for_snapshot();
+    // A long "sql" request sent straight to a: its only adapter slot now holds sql.
+    let slow = body("sql", "long", serde_json::json!({"max_tokens": 60}));
+    let a_url = f.sims[0].url("/v1/completions");
+    let holder = std::thread::spawn(move || post(&a_url, &slow, &[]));
+    let url = f.envoy.url("/v1/completions");
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            post(
+                &url,
+                &body("sql", &unique("probe"), serde_json::json!({})),
+                &[],
+            )
+            .instance()
+                == "a"
+                && post(
+                    &url,
+                    &body("chat", &unique("probe"), serde_json::json!({})),
+                    &[],
+                )
+                .instance()
+                    == "b"
+        }),
+        "picks never followed the adapters"
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            post(
+                &url,
+                &body("sql", &unique("sql"), serde_json::json!({})),
+                &[]
+            )
+            .instance(),
+            "a"
+        );
+        // a has no room for a second adapter (0); b can load it (0.8).
+        assert_eq!(
+            post(
+                &url,
+                &body("chat", &unique("chat"), serde_json::json!({})),
+                &[]
+            )
+            .instance(),
+            "b"
+        );
+    }
+    assert_eq!(holder.join().expect("holder").status, 200);
+}
+
+#[test]
+fn a_shared_prefix_sticks_to_one_endpoint_with_one_or_two_workers() {
+    let system_prompt = "You are a careful assistant. ".repeat(300); // ~8.7 KB, 34 blocks
+    let mut stuck = BTreeMap::new();
+    for workers in [1, 2] {
+        let f = fleet("prefix", &["x", "y", "z"], workers);
+        f.envoy.wait_for_snapshot();
+        let mut served = BTreeMap::<String, u32>::new();
+        for i in 0..30 {
+            // A new connection each time, so requests land on every worker.
+            let reply = f
+                .envoy
+                .complete(&format!("{system_prompt}question {i}"), &[]);
+            assert_eq!(reply.status, 200, "{reply:?}");
+            *served.entry(reply.instance().to_string()).or_default() += 1;
+        }
+        let most = served.values().copied().max().unwrap_or(0);
+        eprintln!("{workers} worker(s): {served:?}");
+        stuck.insert(workers, most);
+    }
+    assert_eq!(stuck[&1], 30, "one worker split a shared prefix: {stuck:?}");
+    assert_eq!(
+        stuck[&2], 30,
+        "two workers split a shared prefix: {stuck:?}"
+    );
+}
+
+#[test]
+fn the_subset_hint_restricts_the_pick_and_control_headers_stay_behind() {
+    let f = fleet("subset", &["a", "b", "c"], 1);
+    f.envoy.wait_for_snapshot();
+    let b = f.sims[1].addr();
+    for _ in 0..10 {
+        let reply = f.envoy.complete(
+            &unique("subset"),
+            &[
+                ("x-gateway-destination-endpoint-subset", &b),
+                ("x-llm-d-inference-objective", "anything"),
+                ("x-gateway-inference-fairness-id", "tenant"),
+            ],
+        );
+        assert_eq!((reply.status, reply.instance()), (200, "b"), "{reply:?}");
+        assert_eq!(reply.header("x-sim-received-control"), None, "{reply:?}");
+    }
+    let reply = f.envoy.complete(
+        "x",
+        &[("x-gateway-destination-endpoint-subset", "10.255.0.1:8000")],
+    );
+    assert_eq!(reply.status, 503);
+    assert_eq!(
+        reply.header("x-llm-d-request-dropped-reason"),
+        Some("rejected-no-endpoints")
+    );
+}
+
+#[test]
+fn the_decision_header_explains_the_pick() {
+    let f = fleet_from(
+        "explain",
+        FleetSpec {
+            sims: &[("a", &[]), ("b", &[])],
+            explain: true,
+            ..FleetSpec::default()
+        },
+    );
+    f.sims[0].report_load(6, 0.5);
+    f.envoy.wait_for_snapshot();
+    assert!(wait_until(Duration::from_secs(5), || {
+        f.envoy.complete(&unique("explain"), &[]).instance() == "b"
+    }));
+    let reply = f.envoy.complete(&unique("explain"), &[]);
+    let header = reply.header("x-wasm-epp-decision").unwrap_or_default();
+    let b = f.sims[1].addr();
+    assert!(
+        header.starts_with(&format!("picked={b}; {b} total=4.000 queue-scorer=1.000")),
+        "{header}"
+    );
+    assert!(
+        header.contains(&format!(
+            "{} total=1.000 queue-scorer=0.000 kv-cache-utilization-scorer=0.500",
+            f.sims[0].addr()
+        )),
+        "{header}"
+    );
+}
+
+const MANIFESTS: &str = "\
+apiVersion: llm-d.ai/v1alpha2
+kind: InferenceObjective
+metadata: {name: batch, namespace: e2e}
+spec: {priority: -1, poolRef: {name: pool}}
+---
+apiVersion: llm-d.ai/v1alpha2
+kind: InferenceObjective
+metadata: {name: interactive, namespace: e2e}
+spec: {priority: 10, poolRef: {name: pool}}
+---
+apiVersion: llm-d.ai/v1alpha2
+kind: InferenceModelRewrite
+metadata: {name: alias, namespace: e2e}
+spec:
+  poolRef: {name: pool}
+  rules:
+  - matches: [{model: {type: Exact, value: friendly-name}}]
+    targets: [{modelRewrite: meta-llama/Llama-3.1-8B-Instruct}]
+";
+
+fn objectives_fleet(name: &str) -> Fleet {
+    fleet_from(
+        name,
+        FleetSpec {
+            sims: &[("only", &[])],
+            manifests: Some(MANIFESTS),
+            ..FleetSpec::default()
+        },
+    )
+}
+
+#[test]
+fn sheddable_requests_get_429_only_while_the_pool_is_saturated() {
+    let f = objectives_fleet("shed");
+    f.envoy.wait_for_snapshot();
+    let url = f.envoy.url("/v1/completions");
+    let batch = [("x-llm-d-inference-objective", "batch")];
+    assert_eq!(
+        post(
+            &url,
+            &body(MODEL, &unique("b"), serde_json::json!({})),
+            &batch
+        )
+        .status,
+        200
+    );
+    f.sims[0].report_load(10, 0.9);
+    let mut reply = post(&url, &body(MODEL, "b", serde_json::json!({})), &batch);
+    assert!(wait_until(Duration::from_secs(5), || {
+        reply = post(
+            &url,
+            &body(MODEL, &unique("b"), serde_json::json!({})),
+            &batch,
+        );
+        reply.status == 429
+    }));
+    assert_eq!(
+        reply.body,
+        "inference error: ResourceExhausted - system saturated, sheddable request dropped"
+    );
+    for objective in [
+        ("x-llm-d-inference-objective", "interactive"),
+        ("x-gateway-inference-objective", "unknown"),
+    ] {
+        let reply = post(
+            &url,
+            &body(MODEL, &unique("i"), serde_json::json!({})),
+            &[objective],
+        );
+        assert_eq!(reply.status, 200, "{objective:?}: {reply:?}");
+    }
+    f.sims[0].report_load(0, 0.0);
+    assert!(wait_until(Duration::from_secs(5), || {
+        post(
+            &url,
+            &body(MODEL, &unique("b"), serde_json::json!({})),
+            &batch,
+        )
+        .status
+            == 200
+    }));
+}
+
+#[test]
+fn model_rewrites_reach_the_server_and_are_undone_in_responses() {
+    let f = objectives_fleet("rewrite");
+    f.envoy.wait_for_snapshot();
+    let url = f.envoy.url("/v1/completions");
+    // The simulator only serves its base model: a 200 means the body was rewritten.
+    let reply = post(
+        &url,
+        &body("friendly-name", "hello", serde_json::json!({})),
+        &[],
+    );
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let json: serde_json::Value = serde_json::from_str(&reply.body).unwrap_or_default();
+    assert_eq!(json["model"], "friendly-name", "{}", reply.body);
+    let stream = body(
+        "friendly-name",
+        "hello",
+        serde_json::json!({"stream": true, "max_tokens": 5}),
+    );
+    let reply = post(&url, &stream, &[]);
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert!(!reply.body.contains(MODEL), "{}", reply.body);
+    assert_eq!(
+        reply.body.matches("\"model\":\"friendly-name\"").count(),
+        5,
+        "{}",
+        reply.body
+    );
+    // The rewrite header forces a target; the client still sees its own name.
+    let forced = post(
+        &url,
+        &body("anything", "hello", serde_json::json!({})),
+        &[("x-llm-d-model-name-rewrite", MODEL)],
+    );
+    assert_eq!(forced.status, 200, "{forced:?}");
+    assert!(
+        forced.body.contains("\"model\":\"anything\""),
+        "{}",
+        forced.body
+    );
+}
