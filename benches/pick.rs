@@ -1,0 +1,80 @@
+//! One pick with the default profile (queue 2, kv-cache 2, prefix 3; max-score picker) over
+//! 8, 100 and 1,000 endpoints, natively, with an in-memory prefix index. Bounded: a fixed
+//! number of picks per size. Run with `make bench-pick` (`cargo bench --bench pick`).
+
+use std::time::Instant;
+
+use wasm_epp::picker::{Incoming, Outcome, Picker};
+use wasm_epp::plugin_config::FilterConfig;
+use wasm_epp::scheduler::prefix::MemoryStore;
+use wasm_epp::scheduler::profile::Profile;
+use wasm_epp::snapshot::{Endpoint, Metrics, Snapshot};
+
+const PICKS: usize = 2_000;
+
+fn snapshot(n: usize) -> Snapshot {
+    let endpoints = (0..n)
+        .map(|i| Endpoint {
+            name: format!("pod-{i}"),
+            address: format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+            port: 8000,
+            labels: Default::default(),
+            metrics: Metrics {
+                waiting_queue_size: (i % 7) as u64,
+                running_requests_size: (i % 5) as u64,
+                kv_cache_usage: (i % 10) as f64 / 10.0,
+                updated_unix_ms: Some(0),
+                ..Metrics::default()
+            },
+        })
+        .collect();
+    Snapshot {
+        version: 1,
+        generated_unix_ms: 0,
+        profile: Profile::default(),
+        endpoints,
+        objectives: Default::default(),
+        rewrites: Vec::new(),
+    }
+}
+
+fn main() {
+    // 1 KB chat-like prompts in 16 groups sharing a 768-byte prefix.
+    let bodies: Vec<String> = (0..PICKS)
+        .map(|i| {
+            let prompt = format!(
+                "group {} {} request {i:0>248}",
+                i % 16,
+                "system prompt ".repeat(54)
+            );
+            serde_json::json!({"model": "m", "prompt": prompt}).to_string()
+        })
+        .collect();
+    println!("pick latency, default profile, 1 KB prompts, {PICKS} picks per size (native, this machine)");
+    for n in [8, 100, 1000] {
+        let snapshot = snapshot(n);
+        let store = MemoryStore::new(16_384);
+        let mut picker = Picker::new(1);
+        let config = FilterConfig::default();
+        let mut samples = Vec::with_capacity(PICKS);
+        for body in &bodies {
+            let incoming = Incoming {
+                path: "/v1/completions",
+                body: Some(body.as_bytes()),
+                ..Incoming::default()
+            };
+            let start = Instant::now();
+            let outcome = picker.decide(Some(&snapshot), &config, &incoming, |_| 0, &store);
+            samples.push(start.elapsed().as_nanos() as f64 / 1000.0);
+            assert!(matches!(outcome, Outcome::Route(_)), "{outcome:?}");
+        }
+        samples.sort_by(f64::total_cmp);
+        let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+        println!(
+            "PICK endpoints={n:<5} p50_us={:.1} p90_us={:.1} p99_us={:.1}",
+            at(0.5),
+            at(0.9),
+            at(0.99)
+        );
+    }
+}
