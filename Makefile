@@ -56,7 +56,8 @@ bench-pick: build envoy
 
 ## run: controller + Envoy in the foreground for your config (EPP_CONFIG=path [EPP_MANIFESTS=path])
 run: build envoy
-	EPP_CONFIG="$(EPP_CONFIG)" EPP_MANIFESTS="$(EPP_MANIFESTS)" EPP_ENDPOINTS="$(EPP_ENDPOINTS)" bash scripts/run.sh
+	EPP_CONFIG="$(EPP_CONFIG)" EPP_MANIFESTS="$(EPP_MANIFESTS)" EPP_ENDPOINTS="$(EPP_ENDPOINTS)" \
+	  EPP_ENVOY="$(EPP_ENVOY)" bash scripts/run.sh
 
 ## test: lints, unit tests (native and wasm32 under Node), controller tests, end-to-end tests
 test: lint test-unit test-wasm test-e2e

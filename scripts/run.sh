@@ -3,6 +3,8 @@
 #   EPP_CONFIG     EndpointPickerConfig YAML (its dataLayer.discovery names the endpoints file)
 #   EPP_ENDPOINTS  an upstream-format endpoints file (instead of discovery in EPP_CONFIG)
 #   EPP_MANIFESTS  InferenceObjective / InferenceModelRewrite manifests (passed as --manifests)
+#   EPP_ENVOY      the Envoy config (default envoy/envoy.yaml; envoy/envoy-fallbacks.yaml for
+#                  comma-separated fallbacks through override_host)
 # Ctrl-C or SIGTERM stops both; if either exits, the other is stopped too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +24,7 @@ trap stop INT TERM EXIT
 
 target/release/wasm-epp-controller "${args[@]}" &
 pids+=($!)
-.venv/envoy -c envoy/envoy.yaml --disable-hot-restart -l warning --component-log-level wasm:info &
+.venv/envoy -c "${EPP_ENVOY:-envoy/envoy.yaml}" --disable-hot-restart -l warning --component-log-level wasm:info &
 pids+=($!)
 echo "wasm-epp: Envoy on http://127.0.0.1:10000 (admin 127.0.0.1:9901), controller snapshot API on 127.0.0.1:9002, metrics on 127.0.0.1:9090" >&2
 wait -n "${pids[@]}"

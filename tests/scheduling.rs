@@ -318,3 +318,80 @@ fn model_rewrites_reach_the_server_and_are_undone_in_responses() {
         forced.body
     );
 }
+
+#[test]
+fn comma_fallbacks_skip_a_dead_endpoint_with_the_override_host_config() {
+    let scratch = Scratch::new("fallbacks");
+    let live = Sim::start(&scratch, "live", &[]);
+    // Nothing listens on the dead endpoint; never scraped, it looks idle and so is picked first.
+    let dead_port = free_port();
+    let file = scratch.path("endpoints.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "endpoints:\n- {{name: dead, address: 127.0.0.1, port: {dead_port}}}\n\
+             - {{name: live, address: 127.0.0.1, port: {}}}\n",
+            live.port
+        ),
+    )
+    .expect("write endpoints");
+    let config = scratch.path("config.yaml");
+    std::fs::write(
+        &config,
+        config_with_picker(&file.display().to_string(), "max-score-picker", 2),
+    )
+    .expect("write config");
+    live.report_load(5, 0.5);
+    let controller = Controller::start(
+        &scratch,
+        "100ms",
+        &["--config-file", config.to_str().unwrap_or_default()],
+    );
+    let envoy = Envoy::start(
+        &scratch,
+        EnvoyOptions {
+            config: "envoy-fallbacks.yaml",
+            explain: true,
+            ..EnvoyOptions::with_controller(controller.port)
+        },
+    );
+    let dead = format!("127.0.0.1:{dead_port}");
+    let expected = format!("picked={dead},{}", live.addr());
+    let mut last = None;
+    let settled = wait_until(Duration::from_secs(10), || {
+        let reply = envoy.complete(&unique("warm"), &[]);
+        let done = reply.status == 200
+            && reply
+                .header("x-wasm-epp-decision")
+                .is_some_and(|d| d.starts_with(&expected));
+        last = Some(reply);
+        done
+    });
+    assert!(
+        settled,
+        "the dead endpoint was never picked first with the live one as fallback: {last:?}"
+    );
+    for _ in 0..10 {
+        let reply = envoy.complete(&unique("fallback"), &[]);
+        assert_eq!((reply.status, reply.instance()), (200, "live"), "{reply:?}");
+        assert!(
+            reply
+                .header("x-wasm-epp-decision")
+                .is_some_and(|d| d.starts_with(&expected)),
+            "{reply:?}"
+        );
+    }
+    assert!(envoy.stat("cluster.inference_pool.upstream_rq_retry") >= 10);
+}
+
+/// The default scorers with the given picker and file discovery of `endpoints`.
+fn config_with_picker(endpoints: &str, picker: &str, n: u32) -> String {
+    format!(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
+         - type: queue-scorer\n- type: kv-cache-utilization-scorer\n\
+         - type: {picker}\n  parameters: {{maxNumOfEndpoints: {n}}}\n\
+         - type: file-discovery\n  parameters: {{path: \"{endpoints}\"}}\n\
+         schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: kv-cache-utilization-scorer\n  - pluginRef: {picker}\n\
+         dataLayer:\n  discovery: {{pluginRef: file-discovery}}\n"
+    )
+}

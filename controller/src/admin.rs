@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use hyper::{StatusCode, Uri};
+use hyper::{Method, StatusCode, Uri};
 use tokio::net::TcpListener;
 
 use crate::http::{self, Reply};
@@ -22,9 +22,15 @@ pub const FRESH_WITHIN_MS: u64 = 2_000;
 
 /// Serves the admin endpoints on `listener` forever.
 pub async fn run(listener: TcpListener, store: Arc<Store>) {
-    http::serve(listener, "admin", move |uri| {
+    http::serve(listener, "admin", move |request| {
         let store = store.clone();
-        async move { handle(&store, &uri) }
+        async move {
+            if request.method() == Method::GET {
+                handle(&store, request.uri())
+            } else {
+                http::method_not_allowed("GET")
+            }
+        }
     })
     .await
 }

@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
@@ -68,12 +68,20 @@ pub fn query_u64(query: Option<&str>, key: &str) -> Result<Option<u64>, String> 
         .transpose()
 }
 
-/// Serves HTTP/1.1 on `listener` forever: every connection gets its own task, non-GET requests
-/// get 405, and GET requests go to `handler` with their URI (both servers' requests are fully
-/// described by it).
+/// 405 for a request whose method `path` does not take.
+pub fn method_not_allowed(allowed: &str) -> Reply {
+    reply(
+        StatusCode::METHOD_NOT_ALLOWED,
+        TEXT,
+        format!("only {allowed} is supported\n"),
+    )
+}
+
+/// Serves HTTP/1.1 on `listener` forever: every connection gets its own task and every request
+/// goes to `handler`.
 pub async fn serve<H, F>(listener: TcpListener, name: &'static str, handler: H)
 where
-    H: Fn(Uri) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Reply> + Send + 'static,
 {
     loop {
@@ -91,17 +99,7 @@ where
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<Incoming>| {
                 let handler = handler.clone();
-                async move {
-                    Ok::<_, Infallible>(if request.method() == Method::GET {
-                        handler(request.uri().clone()).await
-                    } else {
-                        reply(
-                            StatusCode::METHOD_NOT_ALLOWED,
-                            TEXT,
-                            "only GET is supported\n",
-                        )
-                    })
-                }
+                async move { Ok::<_, Infallible>(handler(request).await) }
             });
             // Connection errors (client went away mid-request) concern only that client.
             let _ = http1::Builder::new()

@@ -11,54 +11,30 @@
 //! The same listener serves EDS for Envoy's REST-JSON xDS: `POST /v3/discovery:endpoints`
 //! (see [`crate::eds`]).
 
-use std::convert::Infallible;
 use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use hyper::body::{Body, Incoming};
+use hyper::body::Body;
 use hyper::header::{HeaderValue, CACHE_CONTROL};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, StatusCode, Uri};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::eds;
 use crate::http::{self, Reply};
-use crate::log;
 use crate::store::{Counters, Published, Store, Wait};
 
 /// The response header carrying the snapshot version.
 pub const VERSION_HEADER: &str = "x-snapshot-version";
 
-/// Serves the snapshot API and EDS on `listener` forever. (Like [`http::serve`], which passes
-/// handlers only GET URIs, but EDS needs the POST body.)
+/// Serves the snapshot API and EDS on `listener` forever.
 pub async fn run(listener: TcpListener, store: Arc<Store>, long_poll_max: Duration) {
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Typically out of file descriptors; back off instead of spinning.
-                log!("snapshot API: accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    http::serve(listener, "snapshot API", move |request| {
         let store = store.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |request: Request<Incoming>| {
-                let store = store.clone();
-                async move { Ok::<_, Infallible>(route(&store, long_poll_max, request).await) }
-            });
-            // Connection errors (client went away mid-request) concern only that client.
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+        async move { route(&store, long_poll_max, request).await }
+    })
+    .await
 }
 
 /// Answers one request: `POST /v3/discovery:endpoints` → EDS, `GET` → [`handle`], anything
@@ -91,17 +67,9 @@ where
             };
             eds::reply(&store.current().snapshot, &body)
         }
-        _ if is_eds => http::reply(
-            StatusCode::METHOD_NOT_ALLOWED,
-            http::TEXT,
-            "only POST is supported\n",
-        ),
+        _ if is_eds => http::method_not_allowed("POST"),
         Method::GET => handle(store, long_poll_max, request.uri()).await,
-        _ => http::reply(
-            StatusCode::METHOD_NOT_ALLOWED,
-            http::TEXT,
-            "only GET is supported\n",
-        ),
+        _ => http::method_not_allowed("GET"),
     }
 }
 

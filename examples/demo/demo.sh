@@ -6,9 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-BIN=target/release
-ENVOY=.venv/envoy
-WORK=$(mktemp -d -t wasm-epp-demo.XXXXXX)
+NAME=demo
+source examples/demo/lib.sh
 SIM_PORTS=(18001 18002 18003)
 SIM_NAMES=(fast medium slow)
 SIM_SCALES=(1 2 4)
@@ -19,48 +18,16 @@ PREFIX_GROUPS=${DEMO_GROUPS:-24}
 LOAD=(--requests "$REQUESTS" --concurrency "$CONCURRENCY" --stream --max-tokens 32
       --shared-prefix-groups "$PREFIX_GROUPS" --prefix-bytes 4096 --prompt-bytes 256 --seed 7)
 
-pids=()
+require_free_ports 10000 9901 9002 9090 10001 9902 "${SIM_PORTS[@]}"
+
 sim_pids=()
-cleanup() {
-  trap - EXIT INT TERM
-  kill "${sim_pids[@]}" "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-fail() {
-  echo "demo: $*" >&2
-  for log in "$WORK"/*.log; do [[ -s "$log" ]] && { echo "--- $log" >&2; tail -n 5 "$log" >&2; }; done
-  exit 1
-}
-
-for port in 10000 9901 9002 9090 10001 9902 "${SIM_PORTS[@]}"; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    fail "port $port on 127.0.0.1 is in use; stop what runs there (or an earlier make run) first"
-  fi
-done
-
-# Waits until an HTTP GET answers 200 (bounded).
-wait_http() {
-  local url=$1 what=$2
-  for _ in $(seq 1 200); do
-    if python3 - "$url" <<'PY' 2>/dev/null; then return 0; fi
-import sys, urllib.request
-sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=1).status == 200 else 1)
-PY
-    sleep 0.05
-  done
-  fail "$what did not come up ($url)"
-}
-
 start_sims() {
   sim_pids=()
   for i in 0 1 2; do
     "$BIN/vllm-sim" --port "${SIM_PORTS[$i]}" --instance-name "${SIM_NAMES[$i]}" \
       --time-scale "${SIM_SCALES[$i]}" --max-num-seqs 4 >>"$WORK/sim-${SIM_NAMES[$i]}.log" 2>&1 &
     sim_pids+=($!)
+    pids+=($!)
   done
   for port in "${SIM_PORTS[@]}"; do wait_http "http://127.0.0.1:$port/health" "simulator :$port"; done
 }

@@ -5,29 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-BIN=target/release
-ENVOY=.venv/envoy
-WORK=$(mktemp -d -t wasm-epp-overhead.XXXXXX)
+NAME=overhead
+source examples/demo/lib.sh
 ROUNDS=${OVERHEAD_ROUNDS:-3}
 PER_ROUND=${OVERHEAD_REQUESTS:-1000}
 SIM_PORT=18101
-pids=()
-cleanup() { trap - EXIT; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-for port in 10000 9901 9002 9090 10002 9903 "$SIM_PORT"; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    echo "overhead: port $port on 127.0.0.1 is in use" >&2; exit 1
-  fi
-done
-wait_http() {
-  for _ in $(seq 1 200); do
-    python3 -c 'import sys, urllib.request as u; sys.exit(0 if u.urlopen(sys.argv[1], timeout=1).status == 200 else 1)' "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "overhead: $1 did not come up" >&2; exit 1
-}
+require_free_ports 10000 9901 9002 9090 10002 9903 "$SIM_PORT"
 
 "$BIN/vllm-sim" --port "$SIM_PORT" --instance-name sim --ttft-base-ms 0 --prefill-ms-per-token 0 --itl-ms 0 \
   >"$WORK/sim.log" 2>&1 & pids+=($!)

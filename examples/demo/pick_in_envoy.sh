@@ -6,31 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-BIN=target/release
-ENVOY=.venv/envoy
-WORK=$(mktemp -d -t wasm-epp-pick.XXXXXX)
+NAME=pick-bench
+source examples/demo/lib.sh
 REQUESTS=${PICK_REQUESTS:-2000}
-pids=()
-cleanup() { trap - EXIT; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-for port in 10000 9901 9002 9090 18201; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    echo "pick bench: port $port on 127.0.0.1 is in use" >&2; exit 1
-  fi
-done
-wait_http() {
-  for _ in $(seq 1 200); do
-    python3 -c 'import sys, urllib.request as u; sys.exit(0 if u.urlopen(sys.argv[1], timeout=1).status == 200 else 1)' "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "pick bench: $1 did not come up" >&2; exit 1
-}
+require_free_ports 10000 9901 9002 9090 18201
 
 "$BIN/vllm-sim" --port 18201 --instance-name sim --ttft-base-ms 0 --itl-ms 0 >"$WORK/sim.log" 2>&1 & pids+=($!)
 wait_http http://127.0.0.1:18201/health
-echo "pick latency inside Envoy (wasm-epp_decision_ns histogram, cumulative), default profile, 1 KB prompts:"
+echo "pick latency inside Envoy (wasm_epp_decision_ns histogram, cumulative), default profile, 1 KB prompts:"
 for n in 8 100 1000; do
   {
     echo "endpoints:"
@@ -38,9 +21,9 @@ for n in 8 100 1000; do
     for i in $(seq 2 "$n"); do echo "- { name: idle-$i, address: 127.0.0.1, port: $((30000 + i)) }"; done
   } >"$WORK/endpoints.yaml"
   "$BIN/wasm-epp-controller" --endpoints-file "$WORK/endpoints.yaml" --refresh-metrics-interval 1s \
-    >"$WORK/controller-$n.log" 2>&1 & cpid=$!
+    >"$WORK/controller-$n.log" 2>&1 & cpid=$!; pids+=("$cpid")
   wait_http http://127.0.0.1:9090/readyz
-  "$ENVOY" -c envoy/envoy.yaml --concurrency 1 --disable-hot-restart -l error >"$WORK/envoy-$n.log" 2>&1 & epid=$!
+  "$ENVOY" -c envoy/envoy.yaml --concurrency 1 --disable-hot-restart -l error >"$WORK/envoy-$n.log" 2>&1 & epid=$!; pids+=("$epid")
   wait_http http://127.0.0.1:9901/ready
   sleep 1 # the poller's first snapshot
   "$BIN/wasm-epp-loadgen" --url http://127.0.0.1:10000/v1/completions --requests "$REQUESTS" \

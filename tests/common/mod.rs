@@ -317,10 +317,12 @@ pub struct EnvoyOptions {
     pub fallback_port: u16,
     pub fail_open: bool,
     pub explain: bool,
+    /// The shipped config under envoy/ to start from.
+    pub config: &'static str,
 }
 
 impl EnvoyOptions {
-    /// One worker, the given controller, fail-close, no explanations.
+    /// One worker, the given controller, fail-close, no explanations, envoy/envoy.yaml.
     pub fn with_controller(controller_port: u16) -> EnvoyOptions {
         EnvoyOptions {
             concurrency: 1,
@@ -328,11 +330,12 @@ impl EnvoyOptions {
             fallback_port: free_port(),
             fail_open: false,
             explain: false,
+            config: "envoy.yaml",
         }
     }
 }
 
-/// A running Envoy built from envoy/envoy.yaml with this test's ports.
+/// A running Envoy built from a shipped config under envoy/ with this test's ports.
 pub struct Envoy {
     pub port: u16,
     pub admin_port: u16,
@@ -364,11 +367,13 @@ impl Envoy {
             ),
             (r#"{"failOpen": false}"#, filter_config),
         ];
-        let mut config = fs::read_to_string(repo().join("envoy/envoy.yaml")).expect("envoy.yaml");
+        let shipped = repo().join("envoy").join(options.config);
+        let mut config = fs::read_to_string(&shipped).expect("shipped Envoy config");
         for (from, to) in &replacements {
             assert!(
                 config.contains(from),
-                "envoy/envoy.yaml no longer contains {from:?}"
+                "{} no longer contains {from:?}",
+                shipped.display()
             );
             config = config.replace(from, to);
         }
@@ -452,6 +457,8 @@ pub struct FleetSpec<'a> {
     pub concurrency: u32,
     /// Turn on the decision header.
     pub explain: bool,
+    /// The shipped Envoy config (default envoy.yaml).
+    pub envoy_config: Option<&'static str>,
 }
 
 /// Simulators, a controller discovering them from a file, and Envoy, as `spec` says.
@@ -488,6 +495,7 @@ pub fn fleet_from(name: &str, spec: FleetSpec<'_>) -> Fleet {
         EnvoyOptions {
             concurrency: spec.concurrency.max(1),
             explain: spec.explain,
+            config: spec.envoy_config.unwrap_or("envoy.yaml"),
             ..EnvoyOptions::with_controller(controller.port)
         },
     );
