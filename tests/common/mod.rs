@@ -287,7 +287,17 @@ impl Controller {
     /// Starts the controller with `args` (discovery and config flags) and the given scrape
     /// interval; waits until it is ready.
     pub fn start(scratch: &Scratch, interval: &str, args: &[&str]) -> Controller {
-        let (port, admin_port) = (free_port(), free_port());
+        Controller::start_at(scratch, (free_port(), free_port()), interval, args)
+    }
+
+    /// Like [`Controller::start`], on the given snapshot API and admin ports (to replace a
+    /// controller that Envoy already polls).
+    pub fn start_at(
+        scratch: &Scratch,
+        (port, admin_port): (u16, u16),
+        interval: &str,
+        args: &[&str],
+    ) -> Controller {
         let proc = Proc::spawn(
             Command::new(bin("wasm-epp-controller"))
                 .args(["--listen", &format!("127.0.0.1:{port}")])
