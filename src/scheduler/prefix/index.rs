@@ -21,6 +21,9 @@ pub const ENTRIES_PER_BUCKET: usize = 8;
 pub const HOLDERS_PER_ENTRY: usize = 4;
 /// Attempts at a conditional bucket write before the update is dropped.
 const WRITE_ATTEMPTS: usize = 8;
+/// A block already recorded for the endpoint this recently is not written again: hot shared
+/// prefixes cost one read per block instead of a read-modify-write.
+const REFRESH_AFTER_MS: u64 = 1_000;
 
 /// Storage for index buckets.
 pub trait BlockStore {
@@ -86,12 +89,23 @@ pub fn record(store: &dyn BlockStore, endpoint: &Endpoint, hashes: &[u64], now_u
         for _ in 0..WRITE_ATTEMPTS {
             let (bytes, token) = store.read(bucket);
             let mut entries = decode(&bytes);
+            if recently_recorded(&entries, hash, key, now_unix_ms) {
+                break;
+            }
             upsert(&mut entries, hash, key, now_unix_ms);
             if store.write(bucket, &encode(&entries), token) {
                 break;
             }
         }
     }
+}
+
+fn recently_recorded(entries: &[Entry], hash: u64, key: u64, now: u64) -> bool {
+    entries
+        .iter()
+        .filter(|e| e.hash == hash)
+        .flat_map(|e| &e.holders)
+        .any(|&(k, tick)| k == key && now.saturating_sub(tick) < REFRESH_AFTER_MS)
 }
 
 fn upsert(entries: &mut Vec<Entry>, hash: u64, key: u64, now: u64) {
@@ -245,14 +259,34 @@ mod tests {
         let store = MemoryStore::new(1); // every hash in one bucket
         let hashes: Vec<u64> = (100..100 + ENTRIES_PER_BUCKET as u64).collect();
         for (t, &h) in hashes.iter().enumerate() {
-            record(&store, eps[0], &[h], t as u64);
+            record(&store, eps[0], &[h], t as u64 * REFRESH_AFTER_MS);
         }
-        record(&store, eps[0], &[hashes[0]], 50); // refresh the oldest
-        record(&store, eps[0], &[999], 60); // evicts hashes[1], now the least recent
+        record(&store, eps[0], &[hashes[0]], 50 * REFRESH_AFTER_MS); // refresh the oldest
+        record(&store, eps[0], &[999], 60 * REFRESH_AFTER_MS); // evicts hashes[1], now the least recent
         assert_eq!(matched_blocks(&store, &eps, &[hashes[0]]), vec![1]);
         assert_eq!(matched_blocks(&store, &eps, &[hashes[1]]), vec![0]);
         assert_eq!(matched_blocks(&store, &eps, &[999]), vec![1]);
         assert_eq!(decode(&store.read(0).0).len(), ENTRIES_PER_BUCKET);
+    }
+
+    #[test]
+    fn a_fresh_record_is_not_written_again() {
+        let owned = [endpoint(1, 0, 0.0)];
+        let store = MemoryStore::new(4);
+        record(&store, &owned[0], &[7], 1_000);
+        let token = store.read(bucket_of(&store, 7)).1;
+        record(&store, &owned[0], &[7], 1_500);
+        assert_eq!(
+            store.read(bucket_of(&store, 7)).1,
+            token,
+            "rewritten within the refresh window"
+        );
+        record(&store, &owned[0], &[7], 2_000);
+        assert_ne!(
+            store.read(bucket_of(&store, 7)).1,
+            token,
+            "not refreshed after the window"
+        );
     }
 
     #[test]
