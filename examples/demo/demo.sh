@@ -43,37 +43,7 @@ start_sims
 } >"$WORK/endpoints.yaml"
 
 # Round-robin baseline: the same Envoy, no picker, a static round-robin cluster of the servers.
-{
-  cat <<YAML
-admin: { address: { socket_address: { address: 127.0.0.1, port_value: 9902 } } }
-static_resources:
-  listeners:
-  - address: { socket_address: { address: 127.0.0.1, port_value: 10001 } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: rr
-          route_config:
-            virtual_hosts:
-            - { name: all, domains: ["*"], routes: [ { match: { prefix: "/" }, route: { cluster: pool, timeout: 600s } } ] }
-          http_filters:
-          - { name: envoy.filters.http.router, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }
-  clusters:
-  - name: pool
-    type: STATIC
-    lb_policy: ROUND_ROBIN
-    connect_timeout: 2s
-    load_assignment:
-      cluster_name: pool
-      endpoints:
-      - lb_endpoints:
-YAML
-  for port in "${SIM_PORTS[@]}"; do
-    echo "        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $port } } }"
-  done
-} >"$WORK/round-robin.yaml"
+plain_envoy_config 9902 10001 "${SIM_PORTS[@]}" >"$WORK/round-robin.yaml"
 
 "$ENVOY" -c "$WORK/round-robin.yaml" --concurrency 2 --disable-hot-restart -l warning >"$WORK/envoy-rr.log" 2>&1 &
 pids+=($!)

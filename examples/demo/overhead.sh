@@ -19,30 +19,7 @@ echo "endpoints: [{ name: sim, address: 127.0.0.1, port: $SIM_PORT }]" >"$WORK/e
 "$BIN/wasm-epp-controller" --endpoints-file "$WORK/endpoints.yaml" >"$WORK/controller.log" 2>&1 & pids+=($!)
 wait_http http://127.0.0.1:9090/readyz
 "$ENVOY" -c envoy/envoy.yaml --concurrency 1 --disable-hot-restart -l warning >"$WORK/envoy.log" 2>&1 & pids+=($!)
-sed -e "s/port_value: 10000/port_value: 10002/; s/port_value: 9901/port_value: 9903/" <<YAML >"$WORK/plain.yaml"
-admin: { address: { socket_address: { address: 127.0.0.1, port_value: 9901 } } }
-static_resources:
-  listeners:
-  - address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: plain
-          route_config:
-            virtual_hosts:
-            - { name: all, domains: ["*"], routes: [ { match: { prefix: "/" }, route: { cluster: sim } } ] }
-          http_filters:
-          - { name: envoy.filters.http.router, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }
-  clusters:
-  - name: sim
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: sim
-      endpoints: [ { lb_endpoints: [ { endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $SIM_PORT } } } } ] } ]
-YAML
+plain_envoy_config 9903 10002 "$SIM_PORT" >"$WORK/plain.yaml"
 "$ENVOY" -c "$WORK/plain.yaml" --concurrency 1 --disable-hot-restart -l warning >"$WORK/plain.log" 2>&1 & pids+=($!)
 wait_http http://127.0.0.1:9901/ready
 wait_http http://127.0.0.1:9903/ready

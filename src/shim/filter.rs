@@ -3,13 +3,12 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::UNIX_EPOCH;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 
 use super::http::PickerHttp;
-use super::shared::{self, SharedPrefixStore};
+use super::shared::{self, now_ns, SharedPrefixStore};
 use crate::picker::{Incoming, Outcome, Picker};
 use crate::plugin_config::FilterConfig;
 use crate::snapshot::Snapshot;
@@ -85,12 +84,4 @@ impl FilterRoot {
     pub fn new_http(&self) -> PickerHttp {
         PickerHttp::new(self.worker.clone())
     }
-}
-
-/// Host wall-clock time in nanoseconds (0 if unavailable).
-fn now_ns() -> u64 {
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos() as u64)
 }

@@ -67,12 +67,17 @@ fn read_u64(key: &str) -> (Option<u64>, Option<u32>) {
     }
 }
 
-/// Wall-clock time from the host, milliseconds since the Unix epoch (0 if unavailable).
-pub fn now_unix_ms() -> u64 {
+/// Wall-clock time from the host, nanoseconds since the Unix epoch (0 if unavailable).
+pub fn now_ns() -> u64 {
     hostcalls::get_current_time()
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Wall-clock time from the host, milliseconds since the Unix epoch (0 if unavailable).
+pub fn now_unix_ms() -> u64 {
+    now_ns() / 1_000_000
 }
 
 /// The prefix index's buckets in shared data, one key per bucket, updated with CAS.
