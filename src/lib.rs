@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod errors;
+pub mod lease;
 pub mod picker;
 pub mod plugin_config;
 pub mod request;

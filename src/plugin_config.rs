@@ -3,8 +3,15 @@
 //! One module serves two roles: the HTTP filter (`"role": "filter"`, the default) and the
 //! snapshot poller (`"role": "poller"`), run once per Envoy process as a bootstrap singleton
 //! with the filter's `vm_id`, so both see the same shared data.
+//!
+//! Where no bootstrap singleton can be configured (Envoy Gateway renders each
+//! EnvoyExtensionPolicy Wasm entry as an HTTP filter only), the filter configuration itself may
+//! carry the poller's keys (`controllerCluster`, and optionally `controllerAuthority`,
+//! `snapshotPath`, `longPollMs`, `retryMs`): every worker's filter then competes for a lease in
+//! shared data and only the holder polls (see [`crate::lease`]).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// A parsed plugin configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +34,11 @@ pub struct FilterConfig {
     pub explain_decisions: bool,
     /// Buckets of the shared prefix index (each holds up to 8 blocks); bounds its memory.
     pub prefix_index_buckets: u32,
+    /// Filter-side polling: present when the configuration names `controllerCluster` (the
+    /// poller's keys sit in the same JSON object). Absent, the snapshot comes from a bootstrap
+    /// poller.
+    #[serde(skip)]
+    pub controller: Option<PollerConfig>,
 }
 
 impl Default for FilterConfig {
@@ -35,12 +47,13 @@ impl Default for FilterConfig {
             fail_open: false,
             explain_decisions: false,
             prefix_index_buckets: 16_384,
+            controller: None,
         }
     }
 }
 
 /// Settings of the snapshot poller.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PollerConfig {
     /// The Envoy cluster that reaches the controller's snapshot API.
@@ -88,11 +101,47 @@ impl PluginConfig {
                 .map_err(|e| format!("plugin configuration: role: {e}"))?,
         };
         let result = match role {
-            Role::Filter => serde_json::from_value(value).map(PluginConfig::Filter),
+            Role::Filter => {
+                let controller = take_controller(&mut value)?;
+                serde_json::from_value(value).map(|config| {
+                    PluginConfig::Filter(FilterConfig {
+                        controller,
+                        ..config
+                    })
+                })
+            }
             Role::Poller => serde_json::from_value(value).map(PluginConfig::Poller),
         };
         result.map_err(|e| format!("plugin configuration: {e}"))
     }
+}
+
+/// Moves the poller's keys out of a filter configuration object and parses them: `None` when
+/// there are none, an error naming the keys when `controllerCluster` is not among them.
+fn take_controller(value: &mut Value) -> Result<Option<PollerConfig>, String> {
+    let Some(object) = value.as_object_mut() else {
+        return Ok(None);
+    };
+    let names = match serde_json::to_value(PollerConfig::default()) {
+        Ok(Value::Object(defaults)) => defaults.into_iter().map(|(name, _)| name),
+        _ => return Err("plugin configuration: poller keys unavailable".to_string()),
+    };
+    let keys: Map<String, Value> = names
+        .filter_map(|name| object.remove(&name).map(|v| (name, v)))
+        .collect();
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    if !keys.contains_key("controllerCluster") {
+        let named: Vec<&str> = keys.keys().map(String::as_str).collect();
+        return Err(format!(
+            "plugin configuration: {} needs controllerCluster (filter-side polling)",
+            named.join(", ")
+        ));
+    }
+    serde_json::from_value(Value::Object(keys))
+        .map(Some)
+        .map_err(|e| format!("plugin configuration: {e}"))
 }
 
 #[cfg(test)]
@@ -132,5 +181,40 @@ mod tests {
         assert!(e.contains("role"), "{e}");
         assert!(PluginConfig::parse(b"{").is_err());
         assert!(PluginConfig::parse(br#"{"role":"poller","failOpen":true}"#).is_err());
+    }
+
+    #[test]
+    fn a_filter_with_a_controller_cluster_polls_itself() {
+        let PluginConfig::Filter(f) = PluginConfig::parse(
+            br#"{"failOpen": true, "controllerCluster": "ctl", "longPollMs": 5000}"#,
+        )
+        .unwrap() else {
+            panic!("expected filter")
+        };
+        assert!(f.fail_open);
+        assert_eq!(
+            f.controller,
+            Some(PollerConfig {
+                controller_cluster: "ctl".to_string(),
+                long_poll_ms: 5000,
+                ..PollerConfig::default()
+            })
+        );
+        let PluginConfig::Filter(f) = PluginConfig::parse(br#"{"failOpen": true}"#).unwrap() else {
+            panic!("expected filter")
+        };
+        assert_eq!(f.controller, None);
+    }
+
+    #[test]
+    fn poller_keys_in_a_filter_need_the_cluster_and_valid_values() {
+        let e = PluginConfig::parse(br#"{"retryMs": 100, "snapshotPath": "/x"}"#).unwrap_err();
+        assert!(e.contains("retryMs") && e.contains("snapshotPath"), "{e}");
+        assert!(e.contains("needs controllerCluster"), "{e}");
+        let e = PluginConfig::parse(br#"{"controllerCluster": "c", "longPollMs": "soon"}"#)
+            .unwrap_err();
+        assert!(e.contains("invalid type"), "{e}");
+        let e = PluginConfig::parse(br#"{"controllerCluster": "c", "longpollms": 1}"#).unwrap_err();
+        assert!(e.contains("longpollms"), "{e}");
     }
 }

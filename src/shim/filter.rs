@@ -1,5 +1,6 @@
-//! The filter's root context: its configuration and the per-worker state every HTTP context
-//! of this worker shares (the decoded snapshot and the picker).
+//! The filter's root context: its configuration, the per-worker state every HTTP context
+//! of this worker shares (the decoded snapshot and the picker), and, when the configuration
+//! names a controller cluster, this worker's leased poller.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -8,6 +9,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 
 use super::http::PickerHttp;
+use super::leased_poller::LeasedPoller;
 use super::shared::{self, now_ns, SharedPrefixStore};
 use crate::picker::{Incoming, Outcome, Picker};
 use crate::plugin_config::FilterConfig;
@@ -59,13 +61,21 @@ impl Worker {
 /// The filter's root context.
 pub struct FilterRoot {
     worker: Rc<RefCell<Worker>>,
+    /// Filter-side polling (`controllerCluster` configured); `None` with a bootstrap poller.
+    poller: Option<LeasedPoller>,
 }
 
 impl FilterRoot {
-    /// A root context with the given configuration.
+    /// A root context with the given configuration; starts its leased poller, if any.
     pub fn new(config: FilterConfig) -> FilterRoot {
         let seed = now_ns();
+        let poller = config.controller.clone().map(|controller| {
+            let mut poller = LeasedPoller::new(controller);
+            poller.start();
+            poller
+        });
         FilterRoot {
+            poller,
             worker: Rc::new(RefCell::new(Worker {
                 prefix_store: SharedPrefixStore::new(config.prefix_index_buckets),
                 config,
@@ -83,5 +93,10 @@ impl FilterRoot {
     /// A new HTTP context on this worker.
     pub fn new_http(&self) -> PickerHttp {
         PickerHttp::new(self.worker.clone())
+    }
+
+    /// The leased poller, if this filter polls the controller itself.
+    pub fn poller(&mut self) -> Option<&mut LeasedPoller> {
+        self.poller.as_mut()
     }
 }

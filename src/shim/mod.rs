@@ -3,6 +3,7 @@
 
 mod filter;
 mod http;
+mod leased_poller;
 mod poller;
 mod shared;
 
@@ -25,8 +26,14 @@ enum Root {
 
 impl Context for Root {
     fn on_http_call_response(&mut self, token: u32, headers: usize, body: usize, trailers: usize) {
-        if let Root::Poller(p) = self {
-            p.on_http_call_response(token, headers, body, trailers);
+        match self {
+            Root::Poller(p) => p.on_http_call_response(token, headers, body, trailers),
+            Root::Filter(f) => {
+                if let Some(p) = f.poller() {
+                    p.on_http_call_response(token, headers, body, trailers);
+                }
+            }
+            Root::Unconfigured => {}
         }
     }
 }
@@ -57,8 +64,14 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        if let Root::Poller(p) = self {
-            p.on_tick();
+        match self {
+            Root::Poller(p) => p.on_tick(),
+            Root::Filter(f) => {
+                if let Some(p) = f.poller() {
+                    p.on_tick();
+                }
+            }
+            Root::Unconfigured => {}
         }
     }
 

@@ -1,6 +1,7 @@
-//! The snapshot poller: one per Envoy process (a bootstrap `envoy.bootstrap.wasm` singleton
-//! with the filter's `vm_id`). It long-polls the controller and publishes every newer snapshot
-//! to shared data; any failure is retried on a later tick.
+//! The snapshot poller: one per Envoy process, either a bootstrap `envoy.bootstrap.wasm`
+//! singleton with the filter's `vm_id`, or the filter root context of whichever worker holds
+//! the poller lease ([`super::leased_poller`]). It long-polls the controller and publishes
+//! every newer snapshot to shared data; any failure is retried on a later tick.
 
 use std::time::Duration;
 
@@ -19,16 +20,29 @@ pub struct Poller {
     config: PollerConfig,
     in_flight: bool,
     retry_after_ticks: u32,
+    /// Whether new polls may start (an outstanding one is still answered and published).
+    active: bool,
 }
 
 impl Poller {
-    /// A poller that has not polled yet.
+    /// An active poller that has not polled yet.
     pub fn new(config: PollerConfig) -> Poller {
         Poller {
             config,
             in_flight: false,
             retry_after_ticks: 0,
+            active: true,
         }
+    }
+
+    /// The poller's settings.
+    pub fn config(&self) -> &PollerConfig {
+        &self.config
+    }
+
+    /// Allows or stops new polls.
+    pub fn set_active(&mut self, active: bool) {
+        self.active = active;
     }
 
     /// Starts the retry ticker; the first poll goes out on the first tick.
@@ -51,6 +65,9 @@ impl Poller {
     }
 
     fn poll(&mut self) {
+        if !self.active {
+            return;
+        }
         let since = shared::snapshot_version().unwrap_or(0);
         let path = format!(
             "{}?since={since}&wait_ms={}",

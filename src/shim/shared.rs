@@ -1,12 +1,14 @@
 //! Proxy-wasm shared data, which every worker of the Envoy process sees (namespaced by
-//! `vm_id`): the published snapshot with a small version key, and per-endpoint in-flight
-//! counters. Only the `Result`-returning hostcalls are used, so a host error never traps.
+//! `vm_id`): the published snapshot with a small version key, per-endpoint in-flight
+//! counters, the prefix index and the poller lease. Only the `Result`-returning hostcalls are
+//! used, so a host error never traps.
 
 use std::time::UNIX_EPOCH;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 
+use crate::lease::LeaseStore;
 use crate::scheduler::prefix::BlockStore;
 
 /// Key holding the snapshot's version (decimal), read on every request.
@@ -109,5 +111,18 @@ impl BlockStore for SharedPrefixStore {
     fn write(&self, bucket: u32, bytes: &[u8], token: Option<u32>) -> bool {
         let key = format!("{PREFIX_BUCKET_PREFIX}{bucket}");
         hostcalls::set_shared_data(&key, Some(bytes), token).is_ok()
+    }
+}
+
+/// The poller lease's keys in shared data.
+pub struct SharedLeaseStore;
+
+impl LeaseStore for SharedLeaseStore {
+    fn get(&self, key: &str) -> Option<(Option<Vec<u8>>, Option<u32>)> {
+        hostcalls::get_shared_data(key).ok()
+    }
+
+    fn set(&self, key: &str, value: &[u8], token: Option<u32>) -> bool {
+        hostcalls::set_shared_data(key, Some(value), token).is_ok()
     }
 }

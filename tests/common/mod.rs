@@ -357,7 +357,7 @@ impl Envoy {
         let (port, admin_port) = (free_port(), free_port());
         let wasm = from_env("WASM_EPP_WASM", "target/wasm32-wasip1/wasm/wasm_epp.wasm");
         let filter_config = format!(
-            r#"{{"failOpen": {}, "explainDecisions": {}}}"#,
+            r#"{{"failOpen": {}, "explainDecisions": {}"#,
             options.fail_open, options.explain
         );
         let replacements = [
@@ -375,7 +375,8 @@ impl Envoy {
                 "target/wasm32-wasip1/wasm/wasm_epp.wasm",
                 wasm.display().to_string(),
             ),
-            (r#"{"failOpen": false}"#, filter_config),
+            // The filter configuration's first key; any keys after it are kept.
+            (r#"{"failOpen": false"#, filter_config),
         ];
         let shipped = repo().join("envoy").join(options.config);
         let mut config = fs::read_to_string(&shipped).expect("shipped Envoy config");
