@@ -13,9 +13,11 @@ use wasm_epp::snapshot::Endpoint;
 
 use crate::config::{self, PickerConfig};
 use crate::discovery::file::FileSource;
+use crate::discovery::kubernetes::KubeSource;
 use crate::discovery::Source;
 use crate::manifests::{self, ManifestSource, PoolSelector};
 use crate::scrape::ScrapeSettings;
+use crate::serve::WasmModule;
 
 /// The scrape timeout is capped at this many refresh intervals.
 pub const TIMEOUT_INTERVALS: u32 = 20;
@@ -40,15 +42,26 @@ pub struct Cli {
     #[arg(long, value_name = "PATH")]
     pub manifests: Option<PathBuf>,
 
-    /// The InferencePool this controller serves: only manifests whose `spec.poolRef.name` is
-    /// this pool (and whose namespace is --pool-namespace) are used. Without it, every manifest
-    /// is used whatever its poolRef.
+    /// The InferencePool this controller serves. Without file discovery, its endpoints come
+    /// from Kubernetes (the pool and its Pods, watched). With file discovery, only manifests
+    /// whose `spec.poolRef.name` is this pool (and whose namespace is --pool-namespace) are
+    /// used; without it, every manifest is used whatever its poolRef.
     #[arg(long, value_name = "NAME")]
     pub pool_name: Option<String>,
 
     /// Namespace of the pool; also the namespace of manifests that name none.
     #[arg(long, value_name = "NAMESPACE", default_value = manifests::DEFAULT_POOL_NAMESPACE)]
     pub pool_namespace: String,
+
+    /// Kubeconfig file for Kubernetes discovery. Without it: KUBECONFIG, ~/.kube/config, then
+    /// the in-cluster service account.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The wasm-epp filter module, served on the snapshot listener at /wasm-epp.wasm (with its
+    /// SHA-256 at /wasm-epp.wasm.sha256). Read once at startup.
+    #[arg(long, value_name = "PATH")]
+    pub wasm_file: Option<PathBuf>,
 
     /// Address of the snapshot API.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9002")]
@@ -96,6 +109,8 @@ pub struct Settings {
     pub warnings: Vec<String>,
     /// The `--manifests` objects loaded at startup, and their source to watch.
     pub manifests: Option<manifests::Startup>,
+    /// The `--wasm-file` module to serve.
+    pub wasm: Option<WasmModule>,
 }
 
 /// A startup error: a bad flag, config or endpoints file. Shown as one line,
@@ -187,16 +202,37 @@ impl Settings {
             }
             (Some(path), None) => Source::File(FileSource { path, watch: true }),
             (None, Some(source)) => source,
-            (None, None) => {
-                return Err(StartupError::flag(
-                    "no endpoint discovery configured: pass --endpoints-file PATH, or a --config-file whose dataLayer.discovery names a file-discovery plugin",
-                ))
-            }
+            (None, None) => match &cli.pool_name {
+                Some(name) => Source::Kubernetes(KubeSource {
+                    pool_name: name.clone(),
+                    namespace: cli.pool_namespace.clone(),
+                    kubeconfig: cli.kubeconfig.clone(),
+                }),
+                None => return Err(StartupError::flag(
+                    "no endpoint discovery configured: pass --pool-name NAME (Kubernetes), --endpoints-file PATH, or a --config-file whose dataLayer.discovery names a file-discovery plugin",
+                )),
+            },
         };
+        let kubernetes = matches!(source, Source::Kubernetes(_));
+        if kubernetes && cli.manifests.is_some() {
+            return Err(StartupError::flag(
+                "--manifests: cannot be combined with Kubernetes discovery, which watches InferenceObjectives and InferenceModelRewrites in the cluster; apply them there, or use file discovery",
+            ));
+        }
         let endpoints = source
             .load()
             .map_err(|e| StartupError::in_file(source.origin(), e))?;
         let mut warnings = config.warnings;
+        if !kubernetes && cli.kubeconfig.is_some() {
+            warnings.push("--kubeconfig has no effect with file discovery".to_string());
+        }
+        let wasm = match &cli.wasm_file {
+            Some(path) => Some(
+                WasmModule::load(path)
+                    .map_err(|e| StartupError::in_file(path.display().to_string(), e))?,
+            ),
+            None => None,
+        };
         let manifests = match cli.manifests {
             Some(path) => {
                 let source = ManifestSource {
@@ -213,7 +249,7 @@ impl Settings {
                 Some(startup)
             }
             None => {
-                if cli.pool_name.is_some() {
+                if cli.pool_name.is_some() && !kubernetes {
                     warnings.push(
                         "--pool-name has no effect without --manifests (endpoints come from file discovery)"
                             .to_string(),
@@ -237,6 +273,7 @@ impl Settings {
             long_poll_max: cli.long_poll_max,
             warnings,
             manifests,
+            wasm,
         })
     }
 }

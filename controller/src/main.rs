@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use clap::Parser;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use wasm_epp_controller::cli::{Cli, Settings, StartupError};
+use wasm_epp_controller::discovery::Discovery;
 use wasm_epp_controller::store::Store;
 use wasm_epp_controller::{admin, config, log, scrape, serve};
 
@@ -39,16 +41,34 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(settings)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Usage(e)) => {
+            eprintln!("wasm-epp-controller: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Failure::Runtime(e)) => {
             eprintln!("wasm-epp-controller: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(settings: Settings) -> Result<(), String> {
-    let snapshot_listener = bind(settings.listen).await?;
-    let admin_listener = bind(settings.metrics_listen).await?;
+/// Why the controller stopped: a bad configuration (status 2) or anything else (status 1).
+enum Failure {
+    Usage(String),
+    Runtime(String),
+}
+
+async fn run(settings: Settings) -> Result<(), Failure> {
+    let discovery = settings
+        .source
+        .clone()
+        .connect()
+        .await
+        .map_err(Failure::Usage)?;
+    let snapshot_listener = bind(settings.listen).await.map_err(Failure::Runtime)?;
+    let admin_listener = bind(settings.metrics_listen)
+        .await
+        .map_err(Failure::Runtime)?;
     for warning in &settings.warnings {
         log!("config: {warning}");
     }
@@ -73,18 +93,40 @@ async fn run(settings: Settings) -> Result<(), String> {
         }
         None => Default::default(),
     };
+    if let Discovery::Kubernetes(connected) = &discovery {
+        log!("kubernetes: API server {}", connected.server());
+    }
+    if let Some(module) = &settings.wasm {
+        log!(
+            "serving the filter module at {} ({} bytes, sha256 {})",
+            serve::WASM_PATH,
+            module.bytes.len(),
+            module.sha256
+        );
+    }
     let store = Arc::new(Store::with_manifests(
         settings.profile,
         settings.endpoints,
         manifests,
     ));
+    // Scraping, and with it readiness, starts once discovery holds a complete endpoint list.
+    let (synced, discovery_synced) = oneshot::channel();
+    let scrape = {
+        let store = store.clone();
+        async move {
+            if discovery_synced.await.is_ok() {
+                scrape::run(store, settings.scrape).await;
+            }
+        }
+    };
     let mut tasks = vec![
-        tokio::spawn(settings.source.watch(store.clone())),
-        tokio::spawn(scrape::run(store.clone(), settings.scrape)),
+        tokio::spawn(discovery.run(store.clone(), synced)),
+        tokio::spawn(scrape),
         tokio::spawn(serve::run(
             snapshot_listener,
             store.clone(),
             settings.long_poll_max,
+            settings.wasm,
         )),
         tokio::spawn(admin::run(admin_listener, store.clone())),
     ];

@@ -9,16 +9,21 @@
 //! Every answer carries `x-snapshot-version` (on a 304, the current version).
 //!
 //! The same listener serves EDS for Envoy's REST-JSON xDS: `POST /v3/discovery:endpoints`
-//! (see [`crate::eds`]).
+//! (see [`crate::eds`]), and, with `--wasm-file`, the filter module itself for Envoy Gateway's
+//! remote Wasm fetch: `GET /wasm-epp.wasm` and its SHA-256, `GET /wasm-epp.wasm.sha256`.
 
 use std::error::Error;
+use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Body;
 use hyper::header::{HeaderValue, CACHE_CONTROL};
 use hyper::{Method, Request, StatusCode, Uri};
+use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 
 use crate::eds;
@@ -28,18 +33,71 @@ use crate::store::{Counters, Published, Store, Wait};
 /// The response header carrying the snapshot version.
 pub const VERSION_HEADER: &str = "x-snapshot-version";
 
-/// Serves the snapshot API and EDS on `listener` forever.
-pub async fn run(listener: TcpListener, store: Arc<Store>, long_poll_max: Duration) {
+/// Where the filter module is served.
+pub const WASM_PATH: &str = "/wasm-epp.wasm";
+
+/// Where the module's SHA-256 (lowercase hex and a newline) is served.
+pub const WASM_SHA256_PATH: &str = "/wasm-epp.wasm.sha256";
+
+/// The `--wasm-file` module, read once at startup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WasmModule {
+    /// The module's bytes.
+    pub bytes: Bytes,
+    /// Their SHA-256, lowercase hex.
+    pub sha256: String,
+}
+
+impl WasmModule {
+    /// Reads the module at `path`; it must start with the WebAssembly magic number.
+    pub fn load(path: &Path) -> Result<WasmModule, String> {
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+        WasmModule::new(bytes)
+    }
+
+    /// Checks `bytes` and computes their digest.
+    pub fn new(bytes: Vec<u8>) -> Result<WasmModule, String> {
+        if !bytes.starts_with(b"\0asm") {
+            return Err("not a WebAssembly module (it does not start with \"\\0asm\")".to_string());
+        }
+        let sha256 =
+            Sha256::digest(&bytes)
+                .iter()
+                .fold(String::with_capacity(64), |mut hex, byte| {
+                    let _ = write!(hex, "{byte:02x}");
+                    hex
+                });
+        Ok(WasmModule {
+            bytes: Bytes::from(bytes),
+            sha256,
+        })
+    }
+}
+
+/// Serves the snapshot API, EDS and the module (if any) on `listener` forever.
+pub async fn run(
+    listener: TcpListener,
+    store: Arc<Store>,
+    long_poll_max: Duration,
+    wasm: Option<WasmModule>,
+) {
+    let wasm = wasm.map(Arc::new);
     http::serve(listener, "snapshot API", move |request| {
         let store = store.clone();
-        async move { route(&store, long_poll_max, request).await }
+        let wasm = wasm.clone();
+        async move { route(&store, long_poll_max, wasm.as_deref(), request).await }
     })
     .await
 }
 
-/// Answers one request: `POST /v3/discovery:endpoints` → EDS, `GET` → [`handle`], anything
-/// else → 405.
-pub async fn route<B>(store: &Store, long_poll_max: Duration, request: Request<B>) -> Reply
+/// Answers one request: `POST /v3/discovery:endpoints` → EDS, `GET` of a module path with a
+/// module → the module or its digest, other `GET`s → [`handle`], anything else → 405.
+pub async fn route<B>(
+    store: &Store,
+    long_poll_max: Duration,
+    wasm: Option<&WasmModule>,
+    request: Request<B>,
+) -> Reply
 where
     B: Body,
     B::Error: Into<Box<dyn Error + Send + Sync>>,
@@ -68,7 +126,13 @@ where
             eds::reply(&store.current().snapshot, &body)
         }
         _ if is_eds => http::method_not_allowed("POST"),
-        Method::GET => handle(store, long_poll_max, request.uri()).await,
+        Method::GET => match (request.uri().path(), wasm) {
+            (WASM_PATH, Some(module)) => http::reply(StatusCode::OK, WASM, module.bytes.clone()),
+            (WASM_SHA256_PATH, Some(module)) => {
+                http::reply(StatusCode::OK, http::TEXT, format!("{}\n", module.sha256))
+            }
+            _ => handle(store, long_poll_max, request.uri()).await,
+        },
         _ => http::method_not_allowed("GET"),
     }
 }
@@ -109,6 +173,9 @@ pub async fn handle(store: &Store, long_poll_max: Duration, uri: &Uri) -> Reply 
         }
     }
 }
+
+/// Content type of the module.
+const WASM: &str = "application/wasm";
 
 fn snapshot_reply(published: &Published) -> Reply {
     with_version(
@@ -221,7 +288,7 @@ mod tests {
                 body.to_string(),
             )))
             .unwrap();
-        let reply = route(store, Duration::from_secs(1), request).await;
+        let reply = route(store, Duration::from_secs(1), None, request).await;
         let status = reply.status();
         let body = reply.into_body().collect().await.unwrap().to_bytes();
         (status, body.to_vec())
@@ -256,6 +323,64 @@ mod tests {
         let huge = " ".repeat(eds::MAX_REQUEST_BYTES + 1);
         let (status, _) = send(&store, Method::POST, eds::PATH, &huge).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    async fn get_with(
+        store: &Store,
+        wasm: Option<&WasmModule>,
+        path: &str,
+    ) -> (StatusCode, String, Vec<u8>) {
+        let request = Request::builder()
+            .uri(path)
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let reply = route(store, Duration::from_secs(1), wasm, request).await;
+        let status = reply.status();
+        let content_type = reply
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let body = reply.into_body().collect().await.unwrap().to_bytes();
+        (status, content_type, body.to_vec())
+    }
+
+    #[tokio::test]
+    async fn serves_the_module_and_its_digest_only_when_configured() {
+        let store = store();
+        let module = WasmModule::new(b"\0asm\x01\0\0\0".to_vec()).unwrap();
+        // sha256 of those 8 bytes (`printf '\0asm\1\0\0\0' | sha256sum`).
+        assert_eq!(
+            module.sha256,
+            "93a44bbb96c751218e4c00d479e4c14358122a389acca16205b1e4d0dc5f9476"
+        );
+        let (status, content_type, body) = get_with(&store, Some(&module), WASM_PATH).await;
+        assert_eq!(
+            (status, content_type.as_str()),
+            (StatusCode::OK, "application/wasm")
+        );
+        assert_eq!(body, module.bytes.to_vec());
+        let (status, _, body) = get_with(&store, Some(&module), WASM_SHA256_PATH).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            format!("{}\n", module.sha256)
+        );
+        let (status, _, _) = get_with(&store, Some(&module), "/v1/snapshot").await;
+        assert_eq!(status, StatusCode::OK, "the snapshot is still served");
+        for path in [WASM_PATH, WASM_SHA256_PATH] {
+            let (status, _, _) = get_with(&store, None, path).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path} without a module");
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_not_wasm_is_refused() {
+        let err = WasmModule::new(b"#!/bin/sh\n".to_vec()).unwrap_err();
+        assert!(err.contains("not a WebAssembly module"), "{err}");
+        assert!(WasmModule::load(Path::new("/nonexistent/wasm-epp.wasm"))
+            .unwrap_err()
+            .starts_with("cannot read:"));
     }
 
     #[tokio::test]
