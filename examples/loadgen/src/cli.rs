@@ -7,6 +7,8 @@ use clap::Parser;
 use hyper::header::HeaderName;
 use hyper::Uri;
 
+use crate::prompts::LengthDist;
+
 /// A bounded load generator for OpenAI-compatible LLM endpoints: sends a
 /// fixed number of completion (or chat) requests and reports where they went
 /// and how long they took.
@@ -43,6 +45,11 @@ pub struct Cli {
     /// --shared-prefix-groups is set).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub prompt_bytes: u32,
+
+    /// Length of each request's own prompt text and output: `fixed` (--prompt-bytes,
+    /// --max-tokens) or `sharegpt` (heavy-tailed, with those as medians).
+    #[arg(long, value_enum, default_value_t = LengthDist::Fixed)]
+    pub length_dist: LengthDist,
 
     /// Number of shared prompt prefixes; each request picks one at random and
     /// appends its own text. 0 makes every prompt unique.
@@ -134,6 +141,7 @@ mod tests {
         assert_eq!(cli.instance_header.as_str(), "x-sim-instance");
         assert_eq!(cli.timeout(), Duration::from_secs(60));
         assert!(cli.rate.is_none() && cli.lora.is_empty() && !cli.stream);
+        assert_eq!(cli.length_dist, LengthDist::Fixed);
     }
 
     #[test]
@@ -152,6 +160,7 @@ mod tests {
             &["--url", "http://h/", "--rate", "0"],
             &["--url", "http://h/", "--timeout", "-1"],
             &["--url", "http://h/", "--lora", "a,,b"],
+            &["--url", "http://h/", "--length-dist", "zipf"],
             &[],
         ] {
             assert!(parse(args).is_err(), "{args:?} should be rejected");

@@ -50,7 +50,8 @@ async fn load(cli: Cli) -> Result<(), String> {
         cli.shared_prefix_groups as usize,
         cli.prefix_bytes as usize,
         models,
-    );
+    )
+    .with_lengths(cli.length_dist, cli.max_tokens);
     let target = Target::new(
         cli.url.clone(),
         cli.stream,

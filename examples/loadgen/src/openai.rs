@@ -32,7 +32,7 @@ impl Api {
         }
     }
 
-    /// The JSON request body of `plan`.
+    /// The JSON request body of `plan`; `max_tokens` applies unless the plan sets its own.
     pub fn body(self, plan: &RequestPlan, max_tokens: u32, stream: bool) -> Value {
         let mut body = match self {
             Api::Completions => json!({"model": plan.model, "prompt": plan.prompt}),
@@ -41,7 +41,7 @@ impl Api {
                 "messages": [{"role": "user", "content": plan.prompt}],
             }),
         };
-        body["max_tokens"] = json!(max_tokens);
+        body["max_tokens"] = json!(plan.max_tokens.unwrap_or(max_tokens));
         body["stream"] = json!(stream);
         if stream {
             body["stream_options"] = json!({"include_usage": true});
@@ -129,6 +129,7 @@ mod tests {
         RequestPlan {
             model: "m".into(),
             prompt: "hello".into(),
+            max_tokens: None,
         }
     }
 
@@ -153,6 +154,11 @@ mod tests {
             json!([{"role": "user", "content": "hello"}])
         );
         assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        let own = RequestPlan {
+            max_tokens: Some(9),
+            ..plan()
+        };
+        assert_eq!(Api::Completions.body(&own, 16, false)["max_tokens"], 9);
     }
 
     #[test]

@@ -16,6 +16,14 @@ const WORDS: [&str; 64] = [
 /// Domains keep the random streams of prefixes and requests apart.
 const PREFIX_DOMAIN: u64 = 1;
 const REQUEST_DOMAIN: u64 = 2;
+const LENGTH_DOMAIN: u64 = 3;
+
+/// Log-normal spread (sigma of the log) of ShareGPT-like prompt lengths.
+const SHAREGPT_PROMPT_SIGMA: f64 = 1.0;
+/// Log-normal spread of ShareGPT-like output lengths.
+const SHAREGPT_OUTPUT_SIGMA: f64 = 0.8;
+/// ShareGPT-like lengths are capped at this multiple of their median.
+const SHAREGPT_CAP: f64 = 8.0;
 
 /// A small SplitMix64 generator: fast, seedable, good enough for test text.
 struct Rng(u64);
@@ -35,6 +43,22 @@ impl Rng {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// A number in `0..1` (53 random bits).
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A log-normal draw with median `median` and log-sigma `sigma`, rounded and kept within
+    /// `1..=median × SHAREGPT_CAP` (Box-Muller).
+    fn log_normal(&mut self, median: u32, sigma: f64) -> u32 {
+        let (u1, u2) = (1.0 - self.unit(), self.unit());
+        let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        let median = f64::from(median.max(1));
+        (median * (sigma * normal).exp())
+            .round()
+            .clamp(1.0, median * SHAREGPT_CAP) as u32
     }
 
     /// A number in `0..n` (`n > 0`).
@@ -62,6 +86,19 @@ pub struct RequestPlan {
     pub model: String,
     /// The prompt (or the user message for chat).
     pub prompt: String,
+    /// This request's `max_tokens`, when the workload varies it (else the target's).
+    pub max_tokens: Option<u32>,
+}
+
+/// How long each request's own prompt text and output are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LengthDist {
+    /// Every request: `--prompt-bytes` of own text and `--max-tokens`.
+    #[default]
+    Fixed,
+    /// Heavy-tailed, as in ShareGPT conversations: log-normal with medians `--prompt-bytes`
+    /// and `--max-tokens`, capped at 8× the median.
+    Sharegpt,
 }
 
 /// The settings every request's plan derives from.
@@ -71,6 +108,8 @@ pub struct Workload {
     prompt_bytes: usize,
     prefixes: Vec<String>,
     models: Vec<String>,
+    /// `Some(median max_tokens)` for ShareGPT-like lengths.
+    sharegpt_output: Option<u32>,
 }
 
 impl Workload {
@@ -99,11 +138,22 @@ impl Workload {
             prompt_bytes,
             prefixes,
             models,
+            sharegpt_output: None,
         }
     }
 
-    /// The plan of request `index`: its shared prefix (if any) followed by
-    /// `prompt_bytes` of text starting with `[index]`, unique to the request.
+    /// The same workload with lengths drawn from `dist`; `max_tokens` is the median output
+    /// length of [`LengthDist::Sharegpt`]. Prompts and models stay those of the seed.
+    pub fn with_lengths(mut self, dist: LengthDist, max_tokens: u32) -> Self {
+        self.sharegpt_output = match dist {
+            LengthDist::Fixed => None,
+            LengthDist::Sharegpt => Some(max_tokens),
+        };
+        self
+    }
+
+    /// The plan of request `index`: its shared prefix (if any) followed by its own text
+    /// (`prompt_bytes` long, or drawn for ShareGPT-like lengths) starting with `[index]`.
     pub fn plan(&self, index: u32) -> RequestPlan {
         let mut rng = Rng::new(self.seed, REQUEST_DOMAIN, u64::from(index));
         let model = self.models[rng.below(self.models.len())].clone();
@@ -111,12 +161,27 @@ impl Workload {
             0 => "",
             n => self.prefixes[rng.below(n)].as_str(),
         };
-        let mut prompt = String::with_capacity(prefix.len() + self.prompt_bytes);
+        // Lengths come from their own stream, so fixed-length prompts are unchanged.
+        let mut lengths = Rng::new(self.seed, LENGTH_DOMAIN, u64::from(index));
+        let (own_bytes, max_tokens) = match self.sharegpt_output {
+            None => (self.prompt_bytes, None),
+            Some(output) => {
+                let median = u32::try_from(self.prompt_bytes).unwrap_or(u32::MAX);
+                let bytes = lengths.log_normal(median, SHAREGPT_PROMPT_SIGMA) as usize;
+                let tokens = lengths.log_normal(output, SHAREGPT_OUTPUT_SIGMA);
+                (bytes, Some(tokens))
+            }
+        };
+        let mut prompt = String::with_capacity(prefix.len() + own_bytes);
         prompt.push_str(prefix);
         let mut own = format!("[{index}] ");
-        rng.fill(&mut own, self.prompt_bytes);
+        rng.fill(&mut own, own_bytes);
         prompt.push_str(&own);
-        RequestPlan { model, prompt }
+        RequestPlan {
+            model,
+            prompt,
+            max_tokens,
+        }
     }
 }
 
@@ -182,6 +247,39 @@ mod tests {
                 assert!(!tails[k + 1..].contains(tail), "suffixes are unique");
             }
         }
+    }
+
+    #[test]
+    fn sharegpt_lengths_are_heavy_tailed_around_the_medians() {
+        let fixed = Workload::new(5, 400, 2, 256, models(&["m"]));
+        let varied = fixed.clone().with_lengths(LengthDist::Sharegpt, 100);
+        let n = 2000;
+        let mut own: Vec<usize> = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
+        for i in 0..n {
+            let (a, b) = (fixed.plan(i), varied.plan(i));
+            assert_eq!(a.max_tokens, None);
+            assert_eq!(a.model, b.model);
+            // Same prefix group: only the lengths change.
+            assert_eq!(a.prompt[..256], b.prompt[..256]);
+            own.push(b.prompt.len() - 256);
+            out.push(b.max_tokens.expect("varied output length"));
+        }
+        own.sort_unstable();
+        out.sort_unstable();
+        let (own_median, out_median) = (own[own.len() / 2], out[out.len() / 2]);
+        assert!(
+            (300..=530).contains(&own_median),
+            "prompt median {own_median}"
+        );
+        assert!(
+            (85..=118).contains(&out_median),
+            "output median {out_median}"
+        );
+        // Heavy tail, but capped at 8× the median.
+        assert!(own[own.len() * 95 / 100] > 1500 && own[own.len() - 1] <= 8 * 400);
+        assert!(out[out.len() * 95 / 100] > 250 && out[out.len() - 1] <= 800);
+        assert!(out[0] >= 1);
     }
 
     #[test]

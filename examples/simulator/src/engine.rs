@@ -71,6 +71,8 @@ pub struct Totals {
     pub completion_tokens_total: u64,
     /// Requests that produced all their output tokens.
     pub request_success_total: u64,
+    /// Admissions that had to load their LoRA adapter into a slot.
+    pub lora_loads_total: u64,
 }
 
 /// The engine's state at one instant.
@@ -250,6 +252,7 @@ impl State {
         };
         self.totals.prompt_tokens_total += job.prompt_tokens;
         self.totals.cached_prompt_tokens_total += cached_tokens;
+        self.totals.lora_loads_total += u64::from(lora_load);
         self.running.insert(
             id,
             Running {
@@ -456,6 +459,7 @@ mod tests {
         drop(other);
         let back = engine.submit(lora("a"));
         assert_ms(back.admitted().await.ttft, 25.0);
+        assert_eq!(engine.snapshot().totals.lora_loads_total, 3);
     }
 
     #[tokio::test]

@@ -197,6 +197,7 @@ mod tests {
                 cached_prompt_tokens_total: 32,
                 completion_tokens_total: 40,
                 request_success_total: 4,
+                lora_loads_total: 1,
             },
         }
     }
