@@ -37,7 +37,14 @@ pub struct FakeServer {
 impl FakeServer {
     /// Starts serving `body`.
     pub fn start(body: &str) -> FakeServer {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        FakeServer::start_at("127.0.0.1:0", body)
+    }
+
+    /// Starts serving `body` on `addr` (e.g. `127.0.0.2:0`; Linux routes all of 127.0.0.0/8
+    /// to the loopback interface, so several servers can share one port on distinct
+    /// addresses).
+    pub fn start_at(addr: &str, body: &str) -> FakeServer {
+        let listener = TcpListener::bind(addr).unwrap();
         let port = listener.local_addr().unwrap().port();
         let body = Arc::new(Mutex::new(body.to_string()));
         let requests = Arc::new(AtomicUsize::new(0));
@@ -230,23 +237,65 @@ impl Controller {
     }
 
     /// Polls the snapshot (long-polling from the last version seen) until `done` accepts it.
-    pub fn wait_for_snapshot(&self, what: &str, mut done: impl FnMut(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(10);
+    pub fn wait_for_snapshot(&self, what: &str, done: impl FnMut(&Value) -> bool) -> Value {
+        self.wait_for_snapshot_within(what, Duration::from_secs(10), done)
+    }
+
+    /// Like [`wait_for_snapshot`](Self::wait_for_snapshot), giving up after `timeout`; the
+    /// failure shows the last snapshot's endpoints, objectives and rewrites, and the log.
+    pub fn wait_for_snapshot_within(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut done: impl FnMut(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
         let mut version = 0u64;
+        let mut last = Value::Null;
         loop {
-            let reply = self.snapshot_get(&format!("/v1/snapshot?since={version}&wait_ms=1000"));
+            let wait_ms = deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .clamp(1, 1000);
+            let reply =
+                self.snapshot_get(&format!("/v1/snapshot?since={version}&wait_ms={wait_ms}"));
             if reply.status == 200 {
                 let snapshot: Value = serde_json::from_str(&reply.body).unwrap();
                 version = snapshot["version"].as_u64().unwrap();
                 if done(&snapshot) {
                     return snapshot;
                 }
+                last = snapshot;
             }
             assert!(
                 Instant::now() < deadline,
-                "timed out waiting for {what}; log: {:?}",
+                "timed out after {timeout:?} waiting for {what}; last snapshot: endpoints {}, objectives {}, rewrites {}; log: {:#?}",
+                last["endpoints"],
+                last["objectives"],
+                last["rewrites"],
                 self.log()
             );
+        }
+    }
+
+    /// Waits up to `timeout` for a stderr line that `matches` accepts, and returns it.
+    pub fn wait_for_log(
+        &self,
+        what: &str,
+        timeout: Duration,
+        matches: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(line) = self.log().into_iter().find(|line| matches(line)) {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for a log line: {what}; log: {:#?}",
+                self.log()
+            );
+            thread::sleep(Duration::from_millis(20));
         }
     }
 
