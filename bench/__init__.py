@@ -1,0 +1,1 @@
+"""The wasm-epp benchmark harness (`make bench`); see bench/run.py."""

@@ -1,0 +1,3 @@
+//! Benchmark helpers for wasm-epp, driven by the Python harness in `bench/` (`make bench`).
+
+pub mod extproc;
