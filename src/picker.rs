@@ -66,6 +66,57 @@ pub struct Incoming<'a> {
     pub now_unix_ms: u64,
 }
 
+/// The request headers a decision reads, copied out before the control headers are removed
+/// from the request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Controls {
+    /// `:path`.
+    pub path: String,
+    /// The objective header (or its deprecated alias).
+    pub objective: Option<String>,
+    /// The model-rewrite header (or its deprecated alias).
+    pub model_rewrite: Option<String>,
+    /// The subset header.
+    pub subset: Option<String>,
+    /// The session token header.
+    pub session_token: Option<String>,
+}
+
+impl Controls {
+    /// Reads the headers through `header` (lowercase name → value); a current header name wins
+    /// over its deprecated alias.
+    pub fn read(header: impl Fn(&str) -> Option<String>) -> Controls {
+        let either =
+            |current: &str, deprecated: &str| header(current).or_else(|| header(deprecated));
+        Controls {
+            path: header(":path").unwrap_or_default(),
+            objective: either(
+                admission::OBJECTIVE_HEADER,
+                admission::DEPRECATED_OBJECTIVE_HEADER,
+            ),
+            model_rewrite: either(
+                rewrite::MODEL_REWRITE_HEADER,
+                rewrite::DEPRECATED_MODEL_REWRITE_HEADER,
+            ),
+            subset: header(SUBSET_HEADER),
+            session_token: header(SESSION_TOKEN_HEADER),
+        }
+    }
+
+    /// The decision's input: these headers with `body` at `now_unix_ms`.
+    pub fn incoming<'a>(&'a self, body: Option<&'a [u8]>, now_unix_ms: u64) -> Incoming<'a> {
+        Incoming {
+            path: &self.path,
+            body,
+            objective: self.objective.as_deref(),
+            model_rewrite: self.model_rewrite.as_deref(),
+            subset: self.subset.as_deref(),
+            session_token: self.session_token.as_deref(),
+            now_unix_ms,
+        }
+    }
+}
+
 /// A routing decision to apply.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Route {
@@ -361,6 +412,38 @@ mod tests {
             Outcome::Reject(e) => e,
             other => panic!("expected a rejection, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn controls_prefer_current_header_names_over_deprecated_ones() {
+        let headers = [
+            (":path", "/v1/completions"),
+            (admission::DEPRECATED_OBJECTIVE_HEADER, "old"),
+            (rewrite::MODEL_REWRITE_HEADER, "new-model"),
+            (rewrite::DEPRECATED_MODEL_REWRITE_HEADER, "old-model"),
+            (SUBSET_HEADER, "10.0.0.1"),
+        ];
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        let controls = Controls::read(get);
+        assert_eq!(controls.objective.as_deref(), Some("old"));
+        assert_eq!(controls.model_rewrite.as_deref(), Some("new-model"));
+        assert_eq!(controls.session_token, None);
+        let incoming = controls.incoming(Some(BODY), 42);
+        assert_eq!(
+            (
+                incoming.path,
+                incoming.subset,
+                incoming.body,
+                incoming.now_unix_ms
+            ),
+            ("/v1/completions", Some("10.0.0.1"), Some(BODY), 42)
+        );
+        assert_eq!(Controls::read(|_| None), Controls::default());
     }
 
     #[test]

@@ -11,25 +11,11 @@ use proxy_wasm::types::{Action, BufferType, MapType};
 
 use super::filter::Worker;
 use super::shared;
-use crate::admission::{DEPRECATED_OBJECTIVE_HEADER, OBJECTIVE_HEADER};
 use crate::errors::{InferenceError, DROPPED_REASON_HEADER};
 use crate::picker::{
-    Incoming, Outcome, CONTROL_HEADERS, DECISION_HEADER, DESTINATION_HEADER, SESSION_TOKEN_HEADER,
-    SUBSET_HEADER,
+    Controls, Outcome, CONTROL_HEADERS, DECISION_HEADER, DESTINATION_HEADER, SESSION_TOKEN_HEADER,
 };
-use crate::rewrite::{
-    ResponseModelRewriter, DEPRECATED_MODEL_REWRITE_HEADER, MODEL_REWRITE_HEADER,
-};
-
-/// Control header values read before the headers are stripped.
-#[derive(Default)]
-struct Controls {
-    path: String,
-    objective: Option<String>,
-    model_rewrite: Option<String>,
-    subset: Option<String>,
-    session_token: Option<String>,
-}
+use crate::rewrite::ResponseModelRewriter;
 
 /// One request's filter state.
 pub struct PickerHttp {
@@ -49,10 +35,6 @@ fn request_header(name: &str) -> Option<String> {
         .flatten()
 }
 
-fn first_header(names: [&str; 2]) -> Option<String> {
-    names.into_iter().find_map(request_header)
-}
-
 impl PickerHttp {
     /// A context for a new request.
     pub fn new(worker: Rc<RefCell<Worker>>) -> PickerHttp {
@@ -66,16 +48,7 @@ impl PickerHttp {
     }
 
     fn decide(&mut self, body: Option<&[u8]>) -> Action {
-        let c = &self.controls;
-        let incoming = Incoming {
-            path: &c.path,
-            body,
-            objective: c.objective.as_deref(),
-            model_rewrite: c.model_rewrite.as_deref(),
-            subset: c.subset.as_deref(),
-            session_token: c.session_token.as_deref(),
-            now_unix_ms: shared::now_unix_ms(),
-        };
+        let incoming = self.controls.incoming(body, shared::now_unix_ms());
         let outcome = {
             let mut worker = self.worker.borrow_mut();
             worker.decide(&incoming)
@@ -142,13 +115,7 @@ impl Context for PickerHttp {}
 
 impl HttpContext for PickerHttp {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
-        self.controls = Controls {
-            path: request_header(":path").unwrap_or_default(),
-            objective: first_header([OBJECTIVE_HEADER, DEPRECATED_OBJECTIVE_HEADER]),
-            model_rewrite: first_header([MODEL_REWRITE_HEADER, DEPRECATED_MODEL_REWRITE_HEADER]),
-            subset: request_header(SUBSET_HEADER),
-            session_token: request_header(SESSION_TOKEN_HEADER),
-        };
+        self.controls = Controls::read(request_header);
         // Control headers never reach a model server; a client's destination never survives
         // (Envoy's config strips it before the filter too).
         for name in CONTROL_HEADERS {

@@ -21,10 +21,8 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
-use wasm_epp::admission::{DEPRECATED_OBJECTIVE_HEADER, OBJECTIVE_HEADER};
 use wasm_epp::errors::InferenceError;
-use wasm_epp::picker::{Incoming, Outcome, SESSION_TOKEN_HEADER, SUBSET_HEADER};
-use wasm_epp::rewrite::{DEPRECATED_MODEL_REWRITE_HEADER, MODEL_REWRITE_HEADER};
+use wasm_epp::picker::{Controls, Outcome};
 
 use super::picking::{InFlight, PickState};
 use super::replies::{self, Routing};
@@ -32,47 +30,28 @@ use super::replies::{self, Routing};
 /// Largest request body collected (the Envoy configs buffer at most 16 MiB per connection).
 pub const MAX_BODY_BYTES: usize = 64 << 20;
 
-/// The request headers the pick reads.
-#[derive(Debug, Default)]
-struct Controls {
-    path: String,
-    objective: Option<String>,
-    model_rewrite: Option<String>,
-    subset: Option<String>,
-    session_token: Option<String>,
-}
-
-impl Controls {
-    fn from_headers(map: Option<&HeaderMap>) -> Controls {
-        let headers: Vec<(String, String)> = map
-            .map(|m| m.headers.as_slice())
-            .unwrap_or_default()
+/// The request headers the pick reads, from ext_proc's header map.
+fn controls(map: Option<&HeaderMap>) -> Controls {
+    let headers: Vec<(String, String)> = map
+        .map(|m| m.headers.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|h| {
+            // Envoy sends `raw_value`; older builds sent `value`.
+            let value = if h.raw_value.is_empty() {
+                h.value.clone()
+            } else {
+                String::from_utf8_lossy(&h.raw_value).into_owned()
+            };
+            (h.key.to_ascii_lowercase(), value)
+        })
+        .collect();
+    Controls::read(|name| {
+        headers
             .iter()
-            .map(|h| {
-                // Envoy sends `raw_value`; older builds sent `value`.
-                let value = if h.raw_value.is_empty() {
-                    h.value.clone()
-                } else {
-                    String::from_utf8_lossy(&h.raw_value).into_owned()
-                };
-                (h.key.to_ascii_lowercase(), value)
-            })
-            .collect();
-        let get = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        };
-        Controls {
-            path: get(":path").unwrap_or_default(),
-            objective: get(OBJECTIVE_HEADER).or_else(|| get(DEPRECATED_OBJECTIVE_HEADER)),
-            model_rewrite: get(MODEL_REWRITE_HEADER)
-                .or_else(|| get(DEPRECATED_MODEL_REWRITE_HEADER)),
-            subset: get(SUBSET_HEADER),
-            session_token: get(SESSION_TOKEN_HEADER),
-        }
-    }
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    })
 }
 
 /// Where the routing decision is answered.
@@ -121,7 +100,7 @@ impl Exchange {
         };
         match request {
             Request::RequestHeaders(headers) => {
-                self.controls = Controls::from_headers(headers.headers.as_ref());
+                self.controls = controls(headers.headers.as_ref());
                 if headers.end_of_stream {
                     self.decide(Answer::HeadersOnly)
                 } else if self.full_duplex {
@@ -178,16 +157,11 @@ impl Exchange {
     fn decide(&mut self, answer: Answer) -> Vec<ProcessingResponse> {
         self.decided = true;
         let body = std::mem::take(&mut self.body);
-        let c = &self.controls;
-        let incoming = Incoming {
-            path: &c.path,
-            body: (answer != Answer::HeadersOnly).then_some(body.as_slice()),
-            objective: c.objective.as_deref(),
-            model_rewrite: c.model_rewrite.as_deref(),
-            subset: c.subset.as_deref(),
-            session_token: c.session_token.as_deref(),
-            now_unix_ms: 0,
-        };
+        // The time is the pick state's to set.
+        let incoming = self.controls.incoming(
+            (answer != Answer::HeadersOnly).then_some(body.as_slice()),
+            0,
+        );
         let route = match self.state.decide(&incoming) {
             Outcome::Route(route) => Some(route),
             Outcome::Unrouted => None,
@@ -236,7 +210,7 @@ mod tests {
     use envoy_types::pb::envoy::service::ext_proc::v3::{
         HttpBody, HttpHeaders, HttpTrailers, ProtocolConfiguration,
     };
-    use wasm_epp::picker::DESTINATION_HEADER;
+    use wasm_epp::picker::{DESTINATION_HEADER, SUBSET_HEADER};
 
     fn state(endpoints: u8) -> Arc<PickState> {
         let state = Arc::new(PickState::new(7));
