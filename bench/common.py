@@ -550,6 +550,18 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], digits: int 
     return "\n".join(lines)
 
 
+def save_figure(ctx: Ctx, fig: Any, filename: str) -> str:
+    """Lays out and writes a matplotlib figure to `ctx.out_dir/filename`, closes it, and returns
+    its link relative to the report (`bench/<filename>`)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    fig.savefig(ctx.out_dir / filename)
+    plt.close(fig)
+    return f"bench/{filename}"
+
+
 def plot_lines(ctx: Ctx, filename: str, title: str, xlabel: str, ylabel: str,
                series: dict[str, Sequence[tuple[float, float]]], logy: bool = False) -> str:
     """Writes a line plot of `series` (label → [(x, y), ...]) to `ctx.out_dir/filename` and
@@ -571,11 +583,7 @@ def plot_lines(ctx: Ctx, filename: str, title: str, xlabel: str, ylabel: str,
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(ctx.out_dir / filename)
-    plt.close(fig)
-    return f"bench/{filename}"
+    return save_figure(ctx, fig, filename)
 
 
 def plot_bars(ctx: Ctx, filename: str, title: str, ylabel: str, bars: dict[str, float]) -> str:
@@ -590,11 +598,7 @@ def plot_bars(ctx: Ctx, filename: str, title: str, ylabel: str, bars: dict[str, 
     ax.set_title(title)
     ax.set_ylabel(ylabel)
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(ctx.out_dir / filename)
-    plt.close(fig)
-    return f"bench/{filename}"
+    return save_figure(ctx, fig, filename)
 
 
 # ---------------------------------------------------------------------------------------------

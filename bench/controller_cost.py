@@ -227,11 +227,7 @@ def plot(ctx: common.Ctx, rows: list[dict]) -> str:
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
     left.legend()
-    fig.tight_layout()
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(ctx.out_dir / "controller-cost.png")
-    plt.close(fig)
-    return "bench/controller-cost.png"
+    return common.save_figure(ctx, fig, "controller-cost.png")
 
 
 def run(ctx: common.Ctx) -> common.Section:

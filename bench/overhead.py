@@ -310,11 +310,7 @@ def plot_added_latency(ctx, sizes: dict) -> str:
     ax.axhline(0, color="black", linewidth=0.6)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(ctx.out_dir / "overhead-added-latency.png")
-    plt.close(fig)
-    return "bench/overhead-added-latency.png"
+    return common.save_figure(ctx, fig, "overhead-added-latency.png")
 
 
 def _added_ratio(extproc: float, wasm: float) -> float:

@@ -6,7 +6,8 @@ sit behind four policies in the same run: Envoy round-robin, Envoy least-request
 with the default profile and wasm-epp tuned for prefix and LoRA affinity. Each workload is
 offered at stepped open-loop rates, from light load to past what the fleet sustains; the
 simulators are restarted before each policy, so every policy starts with cold caches and
-sees the same requests (same seed) at the same rates.
+sees the same requests at the same rates: one seed, and each rate step continues the numbering
+of the step before (same prefix groups and adapters, no prompt repeated).
 
 Reported per step: TTFT and end-to-end p50/p90/p99 (the load generator, client side), output
 tokens/s over the step's wall time (drain included), the prefix-cache hit rate and the
@@ -33,7 +34,7 @@ SIM_ARGS = ["--max-num-seqs", "8", "--ttft-base-ms", "10", "--prefill-ms-per-tok
             "--lora-modules", ",".join(ADAPTERS), "--max-loras", "2", "--lora-load-ms", "100"]
 # Timeouts that every step's slowest request stays under, even past saturation.
 REQUEST_TIMEOUT_S = 120
-# wasm-epp tuned for this traffic: prefix and LoRA affinity weigh more than the defaults.
+# wasm-epp tuned for this traffic: the default profile plus LoRA affinity.
 TUNED_CONFIG = """\
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
@@ -46,8 +47,8 @@ schedulingProfiles:
 - name: default
   plugins:
   - { pluginRef: queue-scorer, weight: 2 }
-  - { pluginRef: kv-cache-utilization-scorer, weight: 1 }
-  - { pluginRef: prefix-cache-scorer, weight: 4 }
+  - { pluginRef: kv-cache-utilization-scorer, weight: 2 }
+  - { pluginRef: prefix-cache-scorer, weight: 3 }
   - { pluginRef: lora-affinity-scorer, weight: 2 }
 """
 
@@ -66,7 +67,7 @@ POLICIES = (
     Policy("round_robin", "Envoy round-robin", lb_policy="ROUND_ROBIN"),
     Policy("least_request", "Envoy least-request", lb_policy="LEAST_REQUEST"),
     Policy("epp_default", "wasm-epp default"),
-    Policy("epp_tuned", "wasm-epp tuned", config=TUNED_CONFIG),
+    Policy("epp_tuned", "wasm-epp + LoRA affinity", config=TUNED_CONFIG),
 )
 QUICK_POLICIES = ("round_robin", "epp_default")
 
@@ -92,7 +93,7 @@ WORKLOADS = (
     Workload("shared_prefix", "shared prefix (24 groups × 8 KB system prompt)",
              ("--shared-prefix-groups", "24", "--prefix-bytes", "8192", "--prompt-bytes", "512",
               "--max-tokens", "32"),
-             rates=(8, 16, 24, 32), quick_rates=(12, 24), headline_rate=24),
+             rates=(8, 16, 24, 28, 32), quick_rates=(14, 28), headline_rate=28),
     # ShareGPT-like: unique prompts, heavy-tailed prompt (median 1 KB) and output (median 48
     # tokens) lengths.
     Workload("sharegpt", "mixed ShareGPT-like lengths",
@@ -135,14 +136,17 @@ def _start_policy(ctx: common.Ctx, procs: common.Procs, policy: Policy,
 
 
 def run_step(ctx: common.Ctx, procs: common.Procs, envoy: common.Envoy, sims: list[common.Sim],
-             workload: Workload, rate: float, label: str) -> dict:
-    """One open-loop step at `rate`; the load generator's report plus the simulators' view."""
+             workload: Workload, rate: float, label: str, first_index: int = 0) -> dict:
+    """One open-loop step at `rate`; the load generator's report plus the simulators' view.
+    A step that follows others on the same servers starts at `first_index`, the number of
+    requests sent before it: it keeps their prefix groups (and adapters) but repeats none of
+    their prompts, which the servers may still have cached."""
     requests = max(1, round(rate * step_seconds(ctx.quick)))
     before = common.sims_totals(sims)
     report = common.run_loadgen(
         ctx, procs, f"{envoy.url}/v1/completions",
         ["--requests", requests, "--rate", rate, "--concurrency", 1024, "--stream",
-         "--timeout", REQUEST_TIMEOUT_S, "--seed", 7, *workload.args],
+         "--timeout", REQUEST_TIMEOUT_S, "--seed", 7, "--first-index", first_index, *workload.args],
         label, timeout=REQUEST_TIMEOUT_S + requests / rate + 60)
     delta = common.stats_delta(before, common.sims_totals(sims))
     ok = report["ok"]
@@ -179,7 +183,8 @@ def measure(ctx: common.Ctx) -> dict:
                 steps = []
                 for rate in rates:
                     label = f"{workload.key}-{policy.key}-{rate:g}"
-                    steps.append(run_step(ctx, procs, envoy, sims, workload, rate, label))
+                    sent = sum(s["requests"] for s in steps)
+                    steps.append(run_step(ctx, procs, envoy, sims, workload, rate, label, sent))
                     print(f"  routing {label}: ttft p90 "
                           f"{common.fmt((steps[-1]['ttft_ms'] or {}).get('p90'))} ms, "
                           f"hit {steps[-1]['prefix_hit_rate']:.0%}", flush=True)

@@ -88,6 +88,11 @@ pub struct Cli {
     /// Seed for prompts, prefix groups and adapter choice (repeatable runs).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+
+    /// Number this run's requests from N: with the seed of an earlier run that sent N
+    /// requests, the new run keeps its prefix groups but repeats none of its prompts.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub first_index: u32,
 }
 
 impl Cli {

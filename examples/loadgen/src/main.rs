@@ -51,7 +51,8 @@ async fn load(cli: Cli) -> Result<(), String> {
         cli.prefix_bytes as usize,
         models,
     )
-    .with_lengths(cli.length_dist, cli.max_tokens);
+    .with_lengths(cli.length_dist, cli.max_tokens)
+    .starting_at(cli.first_index);
     let target = Target::new(
         cli.url.clone(),
         cli.stream,

@@ -110,6 +110,8 @@ pub struct Workload {
     models: Vec<String>,
     /// `Some(median max_tokens)` for ShareGPT-like lengths.
     sharegpt_output: Option<u32>,
+    /// The index of this run's first request (see [`Workload::starting_at`]).
+    first_index: u32,
 }
 
 impl Workload {
@@ -139,6 +141,7 @@ impl Workload {
             prefixes,
             models,
             sharegpt_output: None,
+            first_index: 0,
         }
     }
 
@@ -152,9 +155,19 @@ impl Workload {
         self
     }
 
-    /// The plan of request `index`: its shared prefix (if any) followed by its own text
-    /// (`prompt_bytes` long, or drawn for ShareGPT-like lengths) starting with `[index]`.
-    pub fn plan(&self, index: u32) -> RequestPlan {
+    /// The same workload, with this run's requests numbered from `first_index`: its request
+    /// `i` is request `first_index + i` of the seed. Runs that continue one another with the
+    /// same seed then share the prefix groups but never repeat a prompt.
+    pub fn starting_at(mut self, first_index: u32) -> Self {
+        self.first_index = first_index;
+        self
+    }
+
+    /// The plan of this run's request `run_index`: its shared prefix (if any) followed by its
+    /// own text (`prompt_bytes` long, or drawn for ShareGPT-like lengths) starting with
+    /// `[index]`, where `index` counts from the first index.
+    pub fn plan(&self, run_index: u32) -> RequestPlan {
+        let index = self.first_index.saturating_add(run_index);
         let mut rng = Rng::new(self.seed, REQUEST_DOMAIN, u64::from(index));
         let model = self.models[rng.below(self.models.len())].clone();
         let prefix = match self.prefixes.len() {
@@ -203,6 +216,15 @@ mod tests {
         assert!(a.prompt.starts_with("[0] ") && b.prompt.starts_with("[1] "));
         assert_ne!(a.prompt[4..], b.prompt[4..]);
         assert_eq!(a.model, "m");
+    }
+
+    #[test]
+    fn a_later_run_continues_the_numbering() {
+        let w = Workload::new(3, 100, 4, 256, models(&["m"]));
+        let later = Workload::new(3, 100, 4, 256, models(&["m"])).starting_at(50);
+        assert_eq!(later.plan(0), w.plan(50));
+        assert!(later.plan(2).prompt.contains("[52] "));
+        assert_ne!(later.plan(0), w.plan(0));
     }
 
     #[test]
