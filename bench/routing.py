@@ -81,8 +81,9 @@ class Workload:
     args: tuple[str, ...]
     rates: tuple[float, ...]
     quick_rates: tuple[float, ...]
-    # The rate near saturation whose numbers are the headline (shared-prefix only).
-    headline_rate: float | None = None
+    # The step the policies are compared at: near saturation, where they differ most before
+    # every policy is overloaded (for shared prefix, the headline).
+    compare_rate: float | None = None
 
 
 WORKLOADS = (
@@ -93,17 +94,17 @@ WORKLOADS = (
     Workload("shared_prefix", "shared prefix (24 groups × 8 KB system prompt)",
              ("--shared-prefix-groups", "24", "--prefix-bytes", "8192", "--prompt-bytes", "512",
               "--max-tokens", "32"),
-             rates=(8, 16, 24, 28, 32), quick_rates=(14, 28), headline_rate=28),
+             rates=(8, 16, 24, 28, 32), quick_rates=(14, 28), compare_rate=28),
     # ShareGPT-like: unique prompts, heavy-tailed prompt (median 1 KB) and output (median 48
     # tokens) lengths.
     Workload("sharegpt", "mixed ShareGPT-like lengths",
              ("--length-dist", "sharegpt", "--prompt-bytes", "1024", "--max-tokens", "48"),
-             rates=(6, 10, 14, 18), quick_rates=()),
+             rates=(6, 10, 14, 18), quick_rates=(), compare_rate=14),
     # Eight adapters, two slots per server: a policy that spreads adapters pays adapter loads
     # and waits for a free slot.
     Workload("multi_lora", "multi-LoRA (8 adapters, 2 slots per server)",
              ("--lora", ",".join(ADAPTERS), "--prompt-bytes", "1024", "--max-tokens", "32"),
-             rates=(8, 14, 20, 26), quick_rates=()),
+             rates=(6, 10, 14, 20), quick_rates=(), compare_rate=14),
 )
 
 
@@ -204,13 +205,13 @@ def _q(step: dict | None, metric: str, q: str) -> float:
 
 
 def ratios(results: dict) -> dict[str, float]:
-    """Headline ratios at the shared-prefix workload's near-saturation step, and per workload
-    at its highest common step."""
+    """Headline ratios at the shared-prefix workload's comparison step, and per workload
+    least-request against wasm-epp at its comparison step."""
     out: dict[str, float] = {}
     shared = results.get("shared_prefix", {})
     workload = next(w for w in WORKLOADS if w.key == "shared_prefix")
-    rr = _at(shared.get("round_robin", []), workload.headline_rate)
-    epp = _at(shared.get("epp_default", []), workload.headline_rate)
+    rr = _at(shared.get("round_robin", []), workload.compare_rate)
+    epp = _at(shared.get("epp_default", []), workload.compare_rate)
     if rr and epp:
         out["ttft_p90_roundrobin_over_epp"] = common.ratio(_q(rr, "ttft_ms", "p90"),
                                                            _q(epp, "ttft_ms", "p90"))
@@ -219,15 +220,14 @@ def ratios(results: dict) -> dict[str, float]:
         out["e2e_p90_roundrobin_over_epp"] = common.ratio(_q(rr, "e2e_ms", "p90"),
                                                           _q(epp, "e2e_ms", "p90"))
         out["prefix_hit_epp_minus_roundrobin"] = epp["prefix_hit_rate"] - rr["prefix_hit_rate"]
-    for key, by_policy in results.items():
-        lr = by_policy.get("least_request")
+    for workload in WORKLOADS:
+        by_policy = results.get(workload.key, {})
+        lr = _at(by_policy.get("least_request", []), workload.compare_rate)
         for name in ("epp_default", "epp_tuned"):
-            mine = by_policy.get(name)
-            if not (lr and mine):
-                continue
-            top = min(max(s["rate"] for s in lr), max(s["rate"] for s in mine))
-            out[f"{key}_ttft_p90_leastrequest_over_{name}"] = common.ratio(
-                _q(_at(lr, top), "ttft_ms", "p90"), _q(_at(mine, top), "ttft_ms", "p90"))
+            mine = _at(by_policy.get(name, []), workload.compare_rate)
+            if lr and mine:
+                out[f"{workload.key}_ttft_p90_leastrequest_over_{name}"] = common.ratio(
+                    _q(lr, "ttft_ms", "p90"), _q(mine, "ttft_ms", "p90"))
     return out
 
 
@@ -269,7 +269,7 @@ def _workload_markdown(workload: Workload, by_policy: dict[str, list[dict]],
 ### {workload.label}
 
 Load generator flags: `{' '.join(workload.args)}` (streaming completions, open loop).
-Latencies in ms.
+Latencies in ms; policies are compared at {workload.compare_rate:g} requests/s.
 
 {table}
 
@@ -293,9 +293,9 @@ running when the last one was sent, so a policy that builds a backlog shows less
             parts.append(_workload_markdown(workload, results[workload.key],
                                             figures[workload.key]))
     listed = ", ".join(f"`{k}` {common.fmt(v, 2)}" for k, v in section_ratios.items())
-    headline = next(w for w in WORKLOADS if w.key == "shared_prefix").headline_rate
-    parts.append(f"Ratios (the headline pair at {headline:g} requests/s, shared prefix): "
-                 f"{listed}.\n")
+    compared = ", ".join(f"{w.key} at {w.compare_rate:g} requests/s" for w in WORKLOADS
+                         if w.key in results)
+    parts.append(f"Ratios, each at its workload's comparison step ({compared}): {listed}.\n")
     return "\n".join(parts)
 
 
