@@ -27,6 +27,11 @@ pub struct PickerHttp {
     response_headers: Vec<(&'static str, String)>,
     /// Rewrites the model name in the response back to the client's.
     response_rewriter: Option<ResponseModelRewriter>,
+    /// A body callback has run (the request has a body, possibly empty).
+    body_seen: bool,
+    /// The request has been decided; every request is decided exactly once, whichever
+    /// callback sees its end (headers, body or trailers).
+    decided: bool,
 }
 
 fn request_header(name: &str) -> Option<String> {
@@ -44,10 +49,15 @@ impl PickerHttp {
             in_flight: None,
             response_headers: Vec::new(),
             response_rewriter: None,
+            body_seen: false,
+            decided: false,
         }
     }
 
     fn decide(&mut self, body: Option<&[u8]>) -> Action {
+        if std::mem::replace(&mut self.decided, true) {
+            return Action::Continue;
+        }
         let incoming = self.controls.incoming(body, shared::now_unix_ms());
         let outcome = {
             let mut worker = self.worker.borrow_mut();
@@ -96,6 +106,14 @@ impl PickerHttp {
     }
 }
 
+/// The buffered request body, up to `size` bytes (one host call and one copy).
+fn request_body(size: usize) -> Vec<u8> {
+    hostcalls::get_buffer(BufferType::HttpRequestBody, 0, size)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
 /// Answers the client with `error` and stops the request.
 fn reject(error: &InferenceError) -> Action {
     let body = error.body();
@@ -130,13 +148,27 @@ impl HttpContext for PickerHttp {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.body_seen = true;
         if !end_of_stream {
+            // Buffer until the end of the body, or until the trailers end the request.
             return Action::Pause;
         }
-        let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let body = request_body(body_size);
+        self.decide(Some(&body))
+    }
+
+    /// A request that ends with trailers (HTTP/2, or chunked HTTP/1.1) never has a body
+    /// callback with end of stream: it is decided here, on the buffered body, so trailers
+    /// cannot bypass validation, the subset check or fail-close.
+    fn on_http_request_trailers(&mut self, _trailers: usize) -> Action {
+        if self.decided {
+            return Action::Continue;
+        }
+        if !self.body_seen {
+            return self.decide(None);
+        }
+        // The body buffered so far is the whole body; the host clamps the length to it.
+        let body = request_body(usize::MAX);
         self.decide(Some(&body))
     }
 

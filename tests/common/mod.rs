@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod http2;
+
 use std::collections::HashMap;
 use std::fs;
 use std::net::TcpListener;
