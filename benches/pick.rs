@@ -29,6 +29,7 @@ fn snapshot(n: usize) -> Snapshot {
         })
         .collect();
     Snapshot {
+        instance: String::new(),
         version: 1,
         generated_unix_ms: 0,
         profile: Profile::default(),

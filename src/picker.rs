@@ -377,6 +377,7 @@ mod tests {
 
     fn snapshot(endpoints: Vec<Endpoint>) -> Snapshot {
         Snapshot {
+            instance: String::new(),
             version: 1,
             generated_unix_ms: 0,
             profile: Profile::default(),

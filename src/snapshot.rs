@@ -17,7 +17,11 @@ use crate::scheduler::profile::Profile;
 /// One complete view of the pool at a point in time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
-    /// Strictly increasing for one controller process; a consumer keeps the newest it has seen.
+    /// The controller process that built it: a random id drawn at start-up, so a restarted
+    /// (or another) controller is recognised whatever its versions and clock say.
+    #[serde(default)]
+    pub instance: String,
+    /// Strictly increasing within one controller instance (see [`SnapshotId`]).
     pub version: u64,
     /// Wall-clock time the snapshot was built, milliseconds since the Unix epoch.
     pub generated_unix_ms: u64,
@@ -116,7 +120,61 @@ pub struct Metrics {
     pub updated_unix_ms: Option<u64>,
 }
 
+/// Which snapshot a consumer holds: the controller instance and its version there. Versions
+/// compare only within one instance; a snapshot from another instance is always different,
+/// never older.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotId {
+    /// [`Snapshot::instance`].
+    pub instance: String,
+    /// [`Snapshot::version`].
+    pub version: u64,
+}
+
+impl SnapshotId {
+    /// The text form stored for workers and sent back in polls: `<version>@<instance>`.
+    pub fn to_text(&self) -> String {
+        format!("{}@{}", self.version, self.instance)
+    }
+
+    /// Parses [`to_text`](Self::to_text)'s form (a bare version is an instance-less id).
+    pub fn from_text(text: &str) -> Option<SnapshotId> {
+        let (version, instance) = text.split_once('@').unwrap_or((text, ""));
+        Some(SnapshotId {
+            instance: instance.to_string(),
+            version: version.parse().ok()?,
+        })
+    }
+
+    /// Whether a consumer holding `held` takes `self`, which answered a poll sent while it
+    /// held `asked`:
+    /// - nothing held, or a different controller instance: yes (a restarted controller whose
+    ///   clock is behind is not ignored);
+    /// - the same instance and a greater version: yes;
+    /// - a smaller version that answered a poll for exactly what is held: yes, the
+    ///   controller says what is held is not its own (an absurd version never blocks
+    ///   updates);
+    /// - otherwise no (a slow answer to an older poll never rolls a consumer back).
+    pub fn replaces(&self, held: Option<&SnapshotId>, asked: Option<&SnapshotId>) -> bool {
+        match held {
+            None => true,
+            Some(held) if held == self => false,
+            Some(held) => {
+                held.instance != self.instance || self.version > held.version || asked == Some(held)
+            }
+        }
+    }
+}
+
 impl Snapshot {
+    /// This snapshot's identity.
+    pub fn id(&self) -> SnapshotId {
+        SnapshotId {
+            instance: self.instance.clone(),
+            version: self.version,
+        }
+    }
+
     /// Decodes a snapshot served by the controller.
     pub fn from_json(bytes: &[u8]) -> Result<Snapshot, String> {
         serde_json::from_slice(bytes).map_err(|e| format!("invalid snapshot: {e}"))
@@ -138,6 +196,7 @@ mod tests {
     #[test]
     fn round_trips_and_tolerates_fields_from_newer_controllers() {
         let snapshot = Snapshot {
+            instance: "c0ffee".into(),
             version: 7,
             generated_unix_ms: 1,
             profile: Profile::default(),
@@ -162,5 +221,46 @@ mod tests {
         let decoded = Snapshot::from_json(&serde_json::to_vec(&value).unwrap()).unwrap();
         assert_eq!(decoded, snapshot);
         assert!(Snapshot::from_json(b"{\"version\": 1}").is_err());
+    }
+
+    fn id(instance: &str, version: u64) -> SnapshotId {
+        SnapshotId {
+            instance: instance.into(),
+            version,
+        }
+    }
+
+    #[test]
+    fn identities_round_trip_as_text() {
+        let held = id("9f3a", 1_700_000_000_123);
+        assert_eq!(SnapshotId::from_text(&held.to_text()), Some(held));
+        assert_eq!(SnapshotId::from_text("42"), Some(id("", 42)));
+        assert_eq!(SnapshotId::from_text("x@a"), None);
+    }
+
+    #[test]
+    fn newer_versions_and_other_instances_replace_the_held_snapshot() {
+        let held = id("a", 100);
+        assert!(id("a", 101).replaces(Some(&held), Some(&held)));
+        assert!(id("a", 1).replaces(None, None));
+        assert!(!held.replaces(Some(&held), Some(&held)));
+        // A restarted controller whose clock is behind the previous one's.
+        assert!(id("b", 5).replaces(Some(&held), Some(&held)));
+        assert!(id("b", 5).replaces(Some(&held), None));
+    }
+
+    #[test]
+    fn an_absurd_version_never_blocks_updates() {
+        let hostile = id("a", u64::MAX);
+        // The controller answered a poll for exactly the hostile snapshot with its own.
+        assert!(id("a", 7).replaces(Some(&hostile), Some(&hostile)));
+        assert!(id("b", 7).replaces(Some(&hostile), None));
+    }
+
+    #[test]
+    fn a_slow_answer_to_an_older_poll_never_rolls_back() {
+        let (older, held) = (id("a", 5), id("a", 9));
+        assert!(!id("a", 6).replaces(Some(&held), Some(&older)));
+        assert!(!id("a", 6).replaces(Some(&held), None));
     }
 }

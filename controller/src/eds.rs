@@ -208,6 +208,7 @@ mod tests {
 
     fn snapshot(version: u64, endpoints: Vec<Endpoint>) -> Snapshot {
         Snapshot {
+            instance: String::new(),
             version,
             generated_unix_ms: version,
             profile: Profile::default(),

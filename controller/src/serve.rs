@@ -1,12 +1,16 @@
 //! The snapshot API (`--listen`), long-polled by the Wasm poller inside Envoy.
 //!
 //! - `GET /v1/snapshot` → 200, the current snapshot as JSON.
-//! - `GET /v1/snapshot?since=V&wait_ms=W` → 200 at once if the current version is greater than
-//!   `V`; otherwise the request is held up to `min(W, --long-poll-max)` and answered 200 as soon
-//!   as a newer snapshot is published, or 304 with an empty body at the deadline. Without
-//!   `wait_ms` there is no wait.
+//! - `GET /v1/snapshot?since=V&instance=I&wait_ms=W` → 200 at once unless the poller holds
+//!   exactly the current snapshot (version `V` of this controller instance `I`); otherwise the
+//!   request is held up to `min(W, --long-poll-max)` and answered 200 as soon as a new snapshot
+//!   is published, or 304 with an empty body at the deadline. A poller holding another
+//!   instance's snapshot, or a version this instance never served, gets the current one at
+//!   once. Without `instance`, 200 means a version greater than `V` (pollers from before
+//!   instances existed). Without `wait_ms` there is no wait.
 //!
-//! Every answer carries `x-snapshot-version` (on a 304, the current version).
+//! Every answer carries `x-snapshot-version` and `x-snapshot-instance` (on a 304, the
+//! current ones).
 //!
 //! The same listener serves EDS for Envoy's REST-JSON xDS: `POST /v3/discovery:endpoints`
 //! (see [`crate::eds`]), and, with `--wasm-file`, the filter module itself for Envoy Gateway's
@@ -28,10 +32,13 @@ use tokio::net::TcpListener;
 
 use crate::eds;
 use crate::http::{self, Reply};
-use crate::store::{Counters, Published, Store, Wait};
+use crate::store::{Counters, Held, Published, Store, Wait};
 
 /// The response header carrying the snapshot version.
 pub const VERSION_HEADER: &str = "x-snapshot-version";
+
+/// The response header carrying the controller instance id.
+pub const INSTANCE_HEADER: &str = "x-snapshot-instance";
 
 /// Where the filter module is served.
 pub const WASM_PATH: &str = "/wasm-epp.wasm";
@@ -157,8 +164,12 @@ pub async fn handle(store: &Store, long_poll_max: Duration, uri: &Uri) -> Reply 
         Counters::bump(&counters.snapshot_immediate);
         return snapshot_reply(&store.current());
     };
+    let held = Held {
+        version: since,
+        instance: http::query_value(query, "instance").map(str::to_string),
+    };
     let wait = Duration::from_millis(wait_ms).min(long_poll_max);
-    match store.wait_newer(since, wait).await {
+    match store.wait_newer(&held, wait).await {
         Wait::Immediate(published) => {
             Counters::bump(&counters.snapshot_immediate);
             snapshot_reply(&published)
@@ -187,6 +198,9 @@ fn snapshot_reply(published: &Published) -> Reply {
 fn with_version(mut reply: Reply, published: &Published) -> Reply {
     let headers = reply.headers_mut();
     headers.insert(VERSION_HEADER, HeaderValue::from(published.version()));
+    if let Ok(instance) = HeaderValue::from_str(&published.snapshot.instance) {
+        headers.insert(INSTANCE_HEADER, instance);
+    }
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     reply
 }
@@ -262,6 +276,33 @@ mod tests {
         )
         .await;
         assert_eq!(status, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn a_poller_holding_another_instance_or_an_absurd_version_is_answered_at_once() {
+        let store = store();
+        let current = store.current();
+        let (version, instance) = (current.version(), &current.snapshot.instance);
+        let wait = Duration::from_secs(10);
+        let ours = format!("/v1/snapshot?since={version}&instance={instance}&wait_ms=50");
+        assert_eq!(get(&store, wait, &ours).await.0, StatusCode::NOT_MODIFIED);
+        for path in [
+            format!("/v1/snapshot?since={version}&instance=restarted&wait_ms=10000"),
+            format!(
+                "/v1/snapshot?since={}&instance={instance}&wait_ms=10000",
+                u64::MAX
+            ),
+        ] {
+            let started = Instant::now();
+            let (status, answered, body) = get(&store, wait, &path).await;
+            assert_eq!(
+                (status, answered),
+                (StatusCode::OK, Some(version)),
+                "{path}"
+            );
+            assert_eq!(Snapshot::from_json(&body).unwrap().instance, *instance);
+            assert!(started.elapsed() < Duration::from_secs(5), "{path}");
+        }
     }
 
     #[tokio::test]

@@ -4,11 +4,16 @@
 //! Whenever the state changes in a way the snapshot shows (endpoints, labels, metrics,
 //! freshness times, profile, InferenceObjective priorities, InferenceModelRewrite rules), a new
 //! snapshot is published on a [`watch`] channel with a new
-//! version `max(previous + 1, now_unix_ms)`: strictly increasing within a process and, because
-//! it follows the wall clock, across restarts. Long-polls wait on that channel, so waiting is
-//! cheap and each snapshot is encoded once however many pollers read it.
+//! version `max(previous + 1, now_unix_ms)`, strictly increasing within the process. Every
+//! snapshot also names the process's instance id, drawn at random at start-up: a consumer
+//! compares versions only within one instance, so a restarted controller (whose clock may be
+//! behind the previous one's) or a corrupt version held by a consumer never freezes updates.
+//! Long-polls wait on that channel, so waiting is cheap and each snapshot is encoded once
+//! however many pollers read it.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -133,6 +138,35 @@ pub enum Wait {
     TimedOut(Arc<Published>),
 }
 
+/// What a poller holds, from its `since` (and `instance`) query parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The version it holds.
+    pub version: u64,
+    /// The instance it holds; `None` from a poller that does not send one (versions alone
+    /// are compared then, as before instances existed).
+    pub instance: Option<String>,
+}
+
+impl Held {
+    /// Whether `published` is news to this poller: anything but exactly what it holds (a
+    /// poller holding a version this instance never served is answered at once, so it can
+    /// correct itself), or, without an instance, a greater version.
+    pub fn wants(&self, published: &Published) -> bool {
+        let snapshot = &published.snapshot;
+        match &self.instance {
+            Some(instance) => *instance != snapshot.instance || self.version != snapshot.version,
+            None => snapshot.version > self.version,
+        }
+    }
+}
+
+/// A random instance id (16 hex digits) from the OS-seeded hasher keys.
+fn draw_instance_id() -> String {
+    let random = RandomState::new().hash_one((std::process::id(), now_unix_ms()));
+    format!("{random:016x}")
+}
+
 /// The next snapshot version: strictly greater than `previous`, and at least the wall clock.
 pub fn next_version(previous: u64, now_unix_ms: u64) -> u64 {
     previous.saturating_add(1).max(now_unix_ms)
@@ -160,6 +194,8 @@ struct State {
 /// Shared controller state; see the module docs.
 #[derive(Debug)]
 pub struct Store {
+    /// This process's instance id, in every snapshot.
+    instance: String,
     state: Mutex<State>,
     published: watch::Sender<Arc<Published>>,
     counters: Counters,
@@ -185,9 +221,11 @@ impl Store {
             manifests,
             rounds_completed: 0,
         };
-        let first = build(&state, next_version(0, now_unix_ms()));
+        let instance = draw_instance_id();
+        let first = build(&state, &instance, next_version(0, now_unix_ms()));
         let (published, _) = watch::channel(Arc::new(first));
         Store {
+            instance,
             state: Mutex::new(state),
             published,
             counters: Counters::default(),
@@ -297,11 +335,12 @@ impl Store {
         self.publish_if_changed(&state);
     }
 
-    /// Waits up to `max_wait` for a snapshot with a version greater than `since`.
-    pub async fn wait_newer(&self, since: u64, max_wait: Duration) -> Wait {
+    /// Waits up to `max_wait` for a snapshot the poller holding `held` wants
+    /// ([`Held::wants`]).
+    pub async fn wait_newer(&self, held: &Held, max_wait: Duration) -> Wait {
         let mut receiver = self.published.subscribe();
         let current = receiver.borrow_and_update().clone();
-        if current.version() > since {
+        if held.wants(&current) {
             return Wait::Immediate(current);
         }
         let deadline = Instant::now() + max_wait;
@@ -309,7 +348,7 @@ impl Store {
             match tokio::time::timeout_at(deadline, receiver.changed()).await {
                 Ok(Ok(())) => {
                     let latest = receiver.borrow_and_update().clone();
-                    if latest.version() > since {
+                    if held.wants(&latest) {
                         return Wait::Changed(latest);
                     }
                 }
@@ -369,7 +408,8 @@ impl Store {
             return false;
         }
         let version = next_version(current.version(), now_unix_ms());
-        self.published.send_replace(Arc::new(build(state, version)));
+        self.published
+            .send_replace(Arc::new(build(state, &self.instance, version)));
         true
     }
 }
@@ -402,8 +442,9 @@ fn entries_from(endpoints: Vec<Endpoint>, mut previous: HashMap<EndpointKey, Ent
     entries
 }
 
-fn build(state: &State, version: u64) -> Published {
+fn build(state: &State, instance: &str, version: u64) -> Published {
     let snapshot = Snapshot {
+        instance: instance.to_string(),
         version,
         generated_unix_ms: now_unix_ms(),
         profile: state.profile.clone(),
@@ -604,12 +645,62 @@ mod tests {
         );
     }
 
+    /// A poller holding `version` of this store's instance.
+    fn held(store: &Store, version: u64) -> Held {
+        Held {
+            version,
+            instance: Some(store.current().snapshot.instance.clone()),
+        }
+    }
+
+    #[test]
+    fn every_process_draws_its_own_instance_id() {
+        let (a, b) = (
+            Store::new(Profile::default(), vec![]),
+            Store::new(Profile::default(), vec![]),
+        );
+        let id = a.current().snapshot.instance.clone();
+        assert_eq!(id.len(), 16);
+        assert_ne!(id, b.current().snapshot.instance);
+        a.set_endpoints(vec![endpoint("a", 1)]);
+        assert_eq!(a.current().snapshot.instance, id, "stable within a process");
+    }
+
+    #[tokio::test]
+    async fn pollers_holding_what_this_instance_never_served_are_answered_at_once() {
+        let store = Store::new(Profile::default(), vec![]);
+        let version = store.current().version();
+        let hostile = held(&store, u64::MAX);
+        let other_instance = Held {
+            version,
+            instance: Some("another-controller".into()),
+        };
+        for position in [hostile, other_instance] {
+            match store.wait_newer(&position, Duration::from_secs(10)).await {
+                Wait::Immediate(p) => assert_eq!(p.version(), version),
+                other => panic!("expected Immediate for {position:?}, got {other:?}"),
+            }
+        }
+        // A poller that sends no instance compares versions only.
+        let legacy = Held {
+            version: u64::MAX,
+            instance: None,
+        };
+        assert!(matches!(
+            store.wait_newer(&legacy, Duration::from_millis(20)).await,
+            Wait::TimedOut(_)
+        ));
+    }
+
     #[tokio::test]
     async fn long_poll_returns_at_once_when_a_newer_version_exists() {
         let store = Store::new(Profile::default(), vec![]);
         let version = store.current().version();
         let started = Instant::now();
-        match store.wait_newer(version - 1, Duration::from_secs(10)).await {
+        match store
+            .wait_newer(&held(&store, version - 1), Duration::from_secs(10))
+            .await
+        {
             Wait::Immediate(p) => assert_eq!(p.version(), version),
             other => panic!("expected Immediate, got {other:?}"),
         }
@@ -621,7 +712,10 @@ mod tests {
         let store = Store::new(Profile::default(), vec![]);
         let version = store.current().version();
         let started = Instant::now();
-        match store.wait_newer(version, Duration::from_millis(150)).await {
+        match store
+            .wait_newer(&held(&store, version), Duration::from_millis(150))
+            .await
+        {
             Wait::TimedOut(p) => assert_eq!(p.version(), version),
             other => panic!("expected TimedOut, got {other:?}"),
         }
@@ -642,7 +736,10 @@ mod tests {
             })
         };
         let started = Instant::now();
-        match store.wait_newer(version, Duration::from_secs(10)).await {
+        match store
+            .wait_newer(&held(&store, version), Duration::from_secs(10))
+            .await
+        {
             Wait::Changed(p) => {
                 assert!(p.version() > version);
                 assert_eq!(p.snapshot.endpoints.len(), 1);

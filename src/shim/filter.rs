@@ -21,6 +21,8 @@ pub struct Worker {
     picker: Picker,
     prefix_store: SharedPrefixStore,
     snapshot: Option<Rc<Snapshot>>,
+    /// The published identity text `snapshot` was decoded for (or last failed to decode).
+    snapshot_key: Option<Vec<u8>>,
     /// Envoy histogram `wasmcustom.wasm_epp_decision_ns`: time per decision.
     decision_ns: Option<u32>,
 }
@@ -43,16 +45,17 @@ impl Worker {
         outcome
     }
 
-    /// The newest published snapshot, decoded again only when its version changed.
+    /// The published snapshot, decoded again only when its identity changed (whatever the
+    /// poller published: it decides which snapshot replaces which).
     fn snapshot(&mut self) -> Option<Rc<Snapshot>> {
-        let published = shared::snapshot_version();
-        let cached = self.snapshot.as_ref().map(|s| s.version);
-        if published.is_some() && published != cached {
+        let published = shared::snapshot_id_text();
+        if published.is_some() && published != self.snapshot_key {
             match shared::snapshot_json().map(|json| Snapshot::from_json(&json)) {
                 Some(Ok(snapshot)) => self.snapshot = Some(Rc::new(snapshot)),
                 Some(Err(e)) => log::warn!("wasm-epp: keeping the previous snapshot: {e}"),
-                None => {}
+                None => return self.snapshot.clone(),
             }
+            self.snapshot_key = published;
         }
         self.snapshot.clone()
     }
@@ -81,6 +84,7 @@ impl FilterRoot {
                 config,
                 picker: Picker::new(seed),
                 snapshot: None,
+                snapshot_key: None,
                 decision_ns: hostcalls::define_metric(
                     MetricType::Histogram,
                     "wasm_epp_decision_ns",

@@ -1,7 +1,9 @@
 //! The snapshot poller: one per Envoy process, either a bootstrap `envoy.bootstrap.wasm`
 //! singleton with the filter's `vm_id`, or the filter root context of whichever worker holds
 //! the poller lease ([`super::leased_poller`]). It long-polls the controller and publishes
-//! every newer snapshot to shared data; any failure is retried on a later tick.
+//! each snapshot that replaces the published one ([`SnapshotId::replaces`]: newer within one
+//! controller instance, any from another instance, or the controller's correction of what
+//! was asked for) to shared data; any failure is retried on a later tick.
 
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use proxy_wasm::types::{BufferType, MapType};
 
 use super::shared;
 use crate::plugin_config::PollerConfig;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, SnapshotId};
 
 /// Extra time the HTTP call may take beyond the long-poll hold.
 const CALL_MARGIN: Duration = Duration::from_secs(5);
@@ -22,6 +24,8 @@ pub struct Poller {
     retry_after_ticks: u32,
     /// Whether new polls may start (an outstanding one is still answered and published).
     active: bool,
+    /// What was published when the outstanding poll was sent.
+    asked: Option<SnapshotId>,
 }
 
 impl Poller {
@@ -32,6 +36,7 @@ impl Poller {
             in_flight: false,
             retry_after_ticks: 0,
             active: true,
+            asked: None,
         }
     }
 
@@ -68,9 +73,12 @@ impl Poller {
         if !self.active {
             return;
         }
-        let since = shared::snapshot_version().unwrap_or(0);
+        let held = shared::snapshot_id();
+        let (since, instance) = held.as_ref().map_or((0, String::new()), |id| {
+            (id.version, query_safe(&id.instance))
+        });
         let path = format!(
-            "{}?since={since}&wait_ms={}",
+            "{}?since={since}&instance={instance}&wait_ms={}",
             self.config.snapshot_path, self.config.long_poll_ms
         );
         let headers = vec![
@@ -86,7 +94,10 @@ impl Poller {
             vec![],
             timeout,
         ) {
-            Ok(_) => self.in_flight = true,
+            Ok(_) => {
+                self.in_flight = true;
+                self.asked = held;
+            }
             Err(status) => log::warn!("wasm-epp poller: dispatch failed: {status:?}"),
         }
     }
@@ -125,7 +136,7 @@ impl Poller {
         }
     }
 
-    /// Publishes `body` if it is a valid snapshot newer than the published one.
+    /// Publishes `body` if it is a valid snapshot that replaces the published one.
     fn publish(&self, body: &[u8]) -> bool {
         let snapshot = match Snapshot::from_json(body) {
             Ok(s) => s,
@@ -134,10 +145,11 @@ impl Poller {
                 return false;
             }
         };
-        if shared::snapshot_version().is_some_and(|v| v >= snapshot.version) {
+        let id = snapshot.id();
+        if !id.replaces(shared::snapshot_id().as_ref(), self.asked.as_ref()) {
             return true;
         }
-        match shared::publish_snapshot(snapshot.version, body) {
+        match shared::publish_snapshot(&id, body) {
             Ok(()) => true,
             Err(status) => {
                 log::warn!("wasm-epp poller: cannot publish: {status:?}");
@@ -145,4 +157,19 @@ impl Poller {
             }
         }
     }
+}
+
+/// `text` with every character outside `[A-Za-z0-9._-]` replaced by `_`, safe in a query
+/// string. Controller ids are hex; anything else cannot match one, so the controller answers
+/// at once with its own snapshot.
+fn query_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }

@@ -10,8 +10,9 @@ use proxy_wasm::types::Status;
 
 use crate::lease::LeaseStore;
 use crate::scheduler::prefix::BlockStore;
+use crate::snapshot::SnapshotId;
 
-/// Key holding the snapshot's version (decimal), read on every request.
+/// Key holding the snapshot's identity (`<version>@<instance>`), read on every request.
 const VERSION_KEY: &str = "wasm-epp.snapshot.version";
 /// Key holding the snapshot JSON, read only when the version changes.
 const SNAPSHOT_KEY: &str = "wasm-epp.snapshot";
@@ -22,9 +23,16 @@ const IN_FLIGHT_PREFIX: &str = "wasm-epp.inflight.";
 /// Attempts at a compare-and-swap update before giving up.
 const CAS_ATTEMPTS: usize = 16;
 
-/// The published snapshot version, if any.
-pub fn snapshot_version() -> Option<u64> {
-    read_u64(VERSION_KEY).0
+/// The published snapshot's identity in its text form, if any. One host call: the host's
+/// shared-data mutex and a copy of a few dozen bytes, on every request.
+pub fn snapshot_id_text() -> Option<Vec<u8>> {
+    hostcalls::get_shared_data(VERSION_KEY).ok()?.0
+}
+
+/// The published snapshot's identity, if any (and readable).
+pub fn snapshot_id() -> Option<SnapshotId> {
+    let text = snapshot_id_text()?;
+    SnapshotId::from_text(std::str::from_utf8(&text).ok()?)
 }
 
 /// The published snapshot JSON.
@@ -32,11 +40,11 @@ pub fn snapshot_json() -> Option<Vec<u8>> {
     hostcalls::get_shared_data(SNAPSHOT_KEY).ok()?.0
 }
 
-/// Publishes a snapshot: the JSON first, then its version, so a reader that sees the new
-/// version also finds the JSON.
-pub fn publish_snapshot(version: u64, json: &[u8]) -> Result<(), Status> {
+/// Publishes a snapshot: the JSON first, then its identity, so a reader that sees the new
+/// identity also finds the JSON.
+pub fn publish_snapshot(id: &SnapshotId, json: &[u8]) -> Result<(), Status> {
     hostcalls::set_shared_data(SNAPSHOT_KEY, Some(json), None)?;
-    hostcalls::set_shared_data(VERSION_KEY, Some(version.to_string().as_bytes()), None)
+    hostcalls::set_shared_data(VERSION_KEY, Some(id.to_text().as_bytes()), None)
 }
 
 /// This proxy's in-flight requests to `endpoint` (`ip:port`).

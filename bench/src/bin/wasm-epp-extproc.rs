@@ -77,7 +77,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     tokio::spawn(poll::run(cli.controller.clone(), state.clone()));
     eprintln!(
         "wasm-epp-extproc listening on {local}; controller {}",
-        cli.controller.poll_url(0, poll::LONG_POLL)
+        cli.controller.poll_url(None, poll::LONG_POLL)
     );
     // gRPC over HTTP/2 sends small frames: no Nagle delay.
     let incoming = TcpListenerStream::new(listener).map(|conn| {

@@ -214,7 +214,7 @@ mod tests {
 
     fn state(endpoints: u8) -> Arc<PickState> {
         let state = Arc::new(PickState::new(7));
-        state.publish(snapshot(1, endpoints));
+        state.publish(snapshot(1, endpoints), None);
         state
     }
 

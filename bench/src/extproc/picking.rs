@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use wasm_epp::picker::{Incoming, Outcome, Picker};
 use wasm_epp::plugin_config::FilterConfig;
 use wasm_epp::scheduler::prefix::MemoryStore;
-use wasm_epp::snapshot::Snapshot;
+use wasm_epp::snapshot::{Snapshot, SnapshotId};
 
 use super::timing::Durations;
 
@@ -61,9 +61,9 @@ impl PickState {
         }
     }
 
-    /// The version of the snapshot in use, if any.
-    pub fn snapshot_version(&self) -> Option<u64> {
-        self.current().map(|s| s.version)
+    /// The identity of the snapshot in use, if any.
+    pub fn snapshot_id(&self) -> Option<SnapshotId> {
+        self.current().map(|s| s.id())
     }
 
     /// The number of endpoints in the snapshot in use, if any.
@@ -71,16 +71,15 @@ impl PickState {
         self.current().map(|s| s.endpoints.len())
     }
 
-    /// Uses `snapshot` unless the one in use is as new; `true` when it was taken.
-    pub fn publish(&self, snapshot: Snapshot) -> bool {
+    /// Uses `snapshot`, the answer to a poll sent while holding `asked`, if it replaces the
+    /// one in use ([`SnapshotId::replaces`], as the filter's poller); `true` when it was taken.
+    pub fn publish(&self, snapshot: Snapshot, asked: Option<&SnapshotId>) -> bool {
         let mut current = self
             .snapshot
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if current
-            .as_ref()
-            .is_some_and(|s| s.version >= snapshot.version)
-        {
+        let held = current.as_ref().map(|s| s.id());
+        if !snapshot.id().replaces(held.as_ref(), asked) {
             return false;
         }
         *current = Some(Arc::new(snapshot));
@@ -170,6 +169,7 @@ pub(crate) mod tests {
     /// A snapshot of `version` with endpoints 10.0.0.1:8000 … 10.0.0.n:8000, all idle.
     pub(crate) fn snapshot(version: u64, n: u8) -> Snapshot {
         Snapshot {
+            instance: String::new(),
             version,
             generated_unix_ms: 0,
             profile: Profile::default(),
@@ -193,15 +193,21 @@ pub(crate) mod tests {
     #[test]
     fn keeps_the_newest_snapshot() {
         let state = PickState::new(1);
-        assert_eq!(state.snapshot_version(), None);
+        let version = |state: &PickState| state.snapshot_id().map(|id| id.version);
+        assert_eq!(state.snapshot_id(), None);
         assert_eq!(state.endpoint_count(), None);
-        assert!(state.publish(snapshot(3, 1)));
-        assert!(!state.publish(snapshot(2, 1)));
-        assert!(!state.publish(snapshot(3, 1)));
-        assert_eq!(state.snapshot_version(), Some(3));
-        assert!(state.publish(snapshot(4, 2)));
-        assert_eq!(state.snapshot_version(), Some(4));
+        assert!(state.publish(snapshot(3, 1), None));
+        let asked_older = snapshot(1, 1).id();
+        assert!(!state.publish(snapshot(2, 1), Some(&asked_older)));
+        assert!(!state.publish(snapshot(3, 1), None));
+        assert_eq!(version(&state), Some(3));
+        assert!(state.publish(snapshot(4, 2), None));
+        assert_eq!(version(&state), Some(4));
         assert_eq!(state.endpoint_count(), Some(2));
+        // The controller's answer to a poll for exactly what is held replaces it.
+        let held = state.snapshot_id();
+        assert!(state.publish(snapshot(2, 1), held.as_ref()));
+        assert_eq!(version(&state), Some(2));
     }
 
     #[test]
@@ -213,7 +219,7 @@ pub(crate) mod tests {
             ..Incoming::default()
         };
         assert!(matches!(state.decide(&incoming), Outcome::Reject(e) if e.status() == 503));
-        state.publish(snapshot(1, 2));
+        state.publish(snapshot(1, 2), None);
         let Outcome::Route(route) = state.decide(&incoming) else {
             panic!("expected a route");
         };

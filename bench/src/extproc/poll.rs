@@ -1,5 +1,6 @@
 //! Following the controller's snapshot API the way the filter's poller does: long-poll
-//! `GET /v1/snapshot?since=<version>&wait_ms=<hold>`; 200 publishes a newer snapshot, 304
+//! `GET /v1/snapshot?since=<version>&instance=<id>&wait_ms=<hold>`; 200 publishes the
+//! snapshot when it replaces the one in use ([`SnapshotId::replaces`]), 304
 //! polls again, anything else waits [`RETRY_AFTER`] and retries. Each call is bounded by the
 //! hold plus [`CALL_MARGIN`].
 
@@ -12,7 +13,7 @@ use hyper::{Request, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use wasm_epp::snapshot::Snapshot;
+use wasm_epp::snapshot::{Snapshot, SnapshotId};
 
 use super::picking::PickState;
 
@@ -53,10 +54,11 @@ impl std::str::FromStr for ControllerUrl {
 }
 
 impl ControllerUrl {
-    /// The long-poll URL for a consumer holding `since`.
-    pub fn poll_url(&self, since: u64, hold: Duration) -> String {
+    /// The long-poll URL for a consumer holding `held`.
+    pub fn poll_url(&self, held: Option<&SnapshotId>, hold: Duration) -> String {
+        let (since, instance) = held.map_or((0, ""), |id| (id.version, id.instance.as_str()));
         format!(
-            "{}/v1/snapshot?since={since}&wait_ms={}",
+            "{}/v1/snapshot?since={since}&instance={instance}&wait_ms={}",
             self.0,
             hold.as_millis()
         )
@@ -78,7 +80,8 @@ pub async fn run(controller: ControllerUrl, state: Arc<PickState>) {
     let client: HttpClient = Client::builder(TokioExecutor::new()).build(connector);
     let mut failing = false;
     loop {
-        let url = controller.poll_url(state.snapshot_version().unwrap_or(0), LONG_POLL);
+        let asked = state.snapshot_id();
+        let url = controller.poll_url(asked.as_ref(), LONG_POLL);
         let result = match tokio::time::timeout(LONG_POLL + CALL_MARGIN, poll(&client, &url)).await
         {
             Ok(result) => result,
@@ -89,7 +92,7 @@ pub async fn run(controller: ControllerUrl, state: Arc<PickState>) {
                 let endpoints = snapshot.endpoints.len();
                 let before = state.endpoint_count();
                 // Logged when the pool size changes, not on every metrics refresh.
-                if state.publish(*snapshot) && before != Some(endpoints) {
+                if state.publish(*snapshot, asked.as_ref()) && before != Some(endpoints) {
                     eprintln!("wasm-epp-extproc: snapshot with {endpoints} endpoints");
                 }
                 failing = false;
@@ -135,9 +138,17 @@ mod tests {
     #[test]
     fn controller_urls_are_checked_and_build_long_poll_urls() {
         let url: ControllerUrl = "http://127.0.0.1:9002/".parse().unwrap();
+        let held = SnapshotId {
+            instance: "c0ffee".into(),
+            version: 7,
+        };
         assert_eq!(
-            url.poll_url(7, Duration::from_secs(25)),
-            "http://127.0.0.1:9002/v1/snapshot?since=7&wait_ms=25000"
+            url.poll_url(Some(&held), Duration::from_secs(25)),
+            "http://127.0.0.1:9002/v1/snapshot?since=7&instance=c0ffee&wait_ms=25000"
+        );
+        assert_eq!(
+            url.poll_url(None, Duration::from_secs(1)),
+            "http://127.0.0.1:9002/v1/snapshot?since=0&instance=&wait_ms=1000"
         );
         for bad in [
             "127.0.0.1:9002",
