@@ -18,6 +18,7 @@ fn snapshot(n: usize) -> Snapshot {
             name: format!("pod-{i}"),
             address: format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
             port: 8000,
+            ready: true,
             labels: Default::default(),
             metrics: Metrics {
                 waiting_queue_size: (i % 7) as u64,

@@ -115,6 +115,7 @@ mod tests {
             name: "e".to_string(),
             address: "10.0.0.1".to_string(),
             port: 8000,
+            ready: true,
             labels: BTreeMap::new(),
             metrics: Metrics {
                 waiting_queue_size: waiting,

@@ -278,31 +278,42 @@ impl Picker {
     }
 }
 
-/// The pool, or only its members named by the subset header.
+/// The pool, or only its members named by the subset header; of those, only the ready ones
+/// (the controller's scrapes reach them), unless none is ready: a pool whose every scrape
+/// fails is still tried rather than refused.
 fn candidates<'a>(
     endpoints: &'a [Endpoint],
     subset: Option<&str>,
 ) -> Result<Cow<'a, [Endpoint]>, InferenceError> {
-    let Some(subset) = subset else {
-        return Ok(Cow::Borrowed(endpoints));
-    };
-    let wanted: Vec<(&str, Option<u16>)> = subset
-        .split(',')
-        .filter_map(|item| split_host_port(item.trim()))
-        .collect();
-    let kept: Vec<Endpoint> = endpoints
-        .iter()
-        .filter(|e| {
-            wanted
+    let named = match subset {
+        None => Cow::Borrowed(endpoints),
+        Some(subset) => {
+            let wanted: Vec<(&str, Option<u16>)> = subset
+                .split(',')
+                .filter_map(|item| split_host_port(item.trim()))
+                .collect();
+            let kept: Vec<Endpoint> = endpoints
                 .iter()
-                .any(|&(ip, port)| ip == e.address && port.is_none_or(|p| p == e.port))
-        })
-        .cloned()
-        .collect();
-    if kept.is_empty() {
-        return Err(no_candidates());
+                .filter(|e| {
+                    wanted
+                        .iter()
+                        .any(|&(ip, port)| ip == e.address && port.is_none_or(|p| p == e.port))
+                })
+                .cloned()
+                .collect();
+            if kept.is_empty() {
+                return Err(no_candidates());
+            }
+            Cow::Owned(kept)
+        }
+    };
+    let ready = named.iter().filter(|e| e.ready).count();
+    if ready == 0 || ready == named.len() {
+        return Ok(named);
     }
-    Ok(Cow::Owned(kept))
+    Ok(Cow::Owned(
+        named.iter().filter(|e| e.ready).cloned().collect(),
+    ))
 }
 
 /// `ip`, `ip:port`, `[v6]` or `[v6]:port` as address and optional port; `None` when empty or
@@ -548,6 +559,46 @@ mod tests {
             );
             assert_eq!(route(out).primary, "10.0.0.2:8000");
         }
+    }
+
+    #[test]
+    fn unready_endpoints_are_skipped_while_any_candidate_is_ready() {
+        // The unready endpoint looks best (idle), as a dead server's last metrics do.
+        let mut dead = endpoint(1, 0, 0.0);
+        dead.ready = false;
+        let s = snapshot(vec![dead, endpoint(2, 5, 0.5), endpoint(3, 9, 0.9)]);
+        let config = FilterConfig::default();
+        for _ in 0..20 {
+            let r = route(decide(Some(&s), &config, &completion()));
+            assert_ne!(r.primary, "10.0.0.1:8000", "{r:?}");
+            let no_body = Incoming {
+                body: None,
+                ..completion()
+            };
+            assert_ne!(
+                route(decide(Some(&s), &config, &no_body)).primary,
+                "10.0.0.1:8000"
+            );
+        }
+        // A subset of unready endpoints only, or a pool with none ready, is still served.
+        let only_dead = Incoming {
+            subset: Some("10.0.0.1"),
+            ..completion()
+        };
+        assert_eq!(
+            route(decide(Some(&s), &config, &only_dead)).primary,
+            "10.0.0.1:8000"
+        );
+        let mut none_ready = s.clone();
+        none_ready
+            .endpoints
+            .iter_mut()
+            .for_each(|e| e.ready = false);
+        let r = route(decide(Some(&none_ready), &config, &completion()));
+        assert_eq!(
+            r.primary, "10.0.0.1:8000",
+            "the best of an all-unready pool"
+        );
     }
 
     #[test]

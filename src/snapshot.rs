@@ -79,9 +79,18 @@ pub struct Endpoint {
     /// Endpoint labels (pod labels, or the file-discovery `labels`).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Whether the controller reaches it: false after `--failed-scrapes-before-unready`
+    /// consecutive failed scrapes, true again after one success. The filter picks only ready
+    /// endpoints while any candidate is ready. Absent (older controllers) means ready.
+    #[serde(default = "ready_by_default")]
+    pub ready: bool,
     /// The latest scraped metrics.
     #[serde(default)]
     pub metrics: Metrics,
+}
+
+fn ready_by_default() -> bool {
+    true
 }
 
 impl Endpoint {
@@ -204,6 +213,7 @@ mod tests {
                 name: "ns/a".into(),
                 address: "fd00::1".into(),
                 port: 8000,
+                ready: true,
                 labels: BTreeMap::new(),
                 metrics: Metrics::default(),
             }],

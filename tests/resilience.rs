@@ -1,5 +1,6 @@
 //! The data plane keeps routing correctly when the control plane misbehaves or model servers
-//! die: snapshot identities that survive controller restarts and hostile versions. Real
+//! die: snapshot identities that survive controller restarts and hostile versions, and a
+//! killed model server taken out of the candidates within about two scrape intervals. Real
 //! Envoy, real controller and simulators on 127.0.0.1; the one fake here is a controller that
 //! serves a hostile snapshot on purpose, which the real one never would. Needs
 //! `make build envoy`.
@@ -91,6 +92,7 @@ fn snapshot_of(sim: &Sim, instance: &str, version: u64) -> Snapshot {
             name: sim.name.clone(),
             address: "127.0.0.1".into(),
             port: sim.port,
+            ready: true,
             labels: Default::default(),
             metrics: Default::default(),
         }],
@@ -166,4 +168,118 @@ fn a_restarted_controller_with_an_older_clock_is_followed() {
 #[test]
 fn a_hostile_snapshot_version_never_freezes_routing() {
     the_real_controller_takes_over_from(u64::MAX);
+}
+
+/// One request of the load: when it started and how it ended.
+struct Outcome {
+    started: Instant,
+    status: u16,
+}
+
+/// Kills the server a shared prompt sticks to while four clients keep sending (half that
+/// shared prompt, half unique ones) through `envoy_config`; returns the failures among the
+/// requests started more than a second after the kill, and Envoy's connect failures and
+/// retries in that time.
+fn kill_under_load(envoy_config: &'static str) -> (usize, usize, u64, u64) {
+    let mut f = fleet_from(
+        "kill",
+        FleetSpec {
+            sims: &[("s0", &[]), ("s1", &[]), ("s2", &[])],
+            concurrency: 2,
+            envoy_config: Some(envoy_config),
+            ..FleetSpec::default()
+        },
+    );
+    f.envoy.wait_for_snapshot();
+    let shared = format!(
+        "{} and now the question",
+        "a long shared system prompt ".repeat(40)
+    );
+    let mut victim = String::new();
+    for _ in 0..5 {
+        victim = f.envoy.complete(&shared, &[]).instance().to_string();
+    }
+    let index = f
+        .sims
+        .iter()
+        .position(|s| s.name == victim)
+        .expect("a victim");
+    let url = f.envoy.url("/v1/completions");
+    let killed_at = Instant::now() + Duration::from_millis(500);
+    let until = killed_at + Duration::from_secs(4);
+    let clients: Vec<_> = (0..4)
+        .map(|client| {
+            let (url, shared) = (url.clone(), shared.clone());
+            std::thread::spawn(move || {
+                let mut outcomes = Vec::new();
+                let mut n = 0;
+                while Instant::now() < until {
+                    let prompt = if (client + n) % 2 == 0 {
+                        shared.clone()
+                    } else {
+                        unique("load")
+                    };
+                    n += 1;
+                    let started = Instant::now();
+                    let status = post(&url, &completion(&prompt), &[]).status;
+                    outcomes.push(Outcome { started, status });
+                }
+                outcomes
+            })
+        })
+        .collect();
+    std::thread::sleep(killed_at.saturating_duration_since(Instant::now()));
+    f.sims[index].kill();
+    let settled = killed_at + Duration::from_secs(1);
+    std::thread::sleep(settled.saturating_duration_since(Instant::now()));
+    let connect_fail = "cluster.inference_pool.upstream_cx_connect_fail";
+    let retries = "cluster.inference_pool.upstream_rq_retry";
+    let (fails_before, retries_before) = (f.envoy.stat(connect_fail), f.envoy.stat(retries));
+    let outcomes: Vec<Outcome> = clients
+        .into_iter()
+        .flat_map(|c| c.join().expect("client thread"))
+        .collect();
+    let late: Vec<&Outcome> = outcomes.iter().filter(|o| o.started >= settled).collect();
+    let failed_late = late.iter().filter(|o| o.status != 200).count();
+    let failed_early = outcomes
+        .iter()
+        .filter(|o| o.started >= killed_at && o.started < settled && o.status != 200)
+        .count();
+    eprintln!(
+        "{envoy_config}: killed {victim}; {} requests after the first second, {failed_late} failed; \
+         {failed_early} failed within it",
+        late.len()
+    );
+    assert!(
+        late.len() > 20,
+        "the load kept going: {} requests",
+        late.len()
+    );
+    (
+        failed_late,
+        failed_early,
+        f.envoy.stat(connect_fail) - fails_before,
+        f.envoy.stat(retries) - retries_before,
+    )
+}
+
+#[test]
+fn a_killed_server_gets_no_new_requests_after_a_second() {
+    let (failed, _, connect_failures, _) = kill_under_load("envoy.yaml");
+    assert_eq!(failed, 0, "new requests failed after the first second");
+    assert_eq!(
+        connect_failures, 0,
+        "Envoy still connected to the dead server"
+    );
+}
+
+#[test]
+fn a_killed_server_is_not_tried_first_after_a_second_with_fallbacks() {
+    let (failed, _, connect_failures, retries) = kill_under_load("envoy-fallbacks.yaml");
+    assert_eq!(failed, 0, "new requests failed after the first second");
+    assert_eq!(
+        (connect_failures, retries),
+        (0, 0),
+        "Envoy still tried the dead server first"
+    );
 }

@@ -347,10 +347,17 @@ fn comma_fallbacks_skip_a_dead_endpoint_with_the_override_host_config() {
     )
     .expect("write config");
     live.report_load(5, 0.5);
+    // Keep the dead endpoint a candidate (the controller would take it out after two failed
+    // scrapes): this test is about Envoy's fallbacks when the picker's first choice is dead.
     let controller = Controller::start(
         &scratch,
         "100ms",
-        &["--config-file", config.to_str().unwrap_or_default()],
+        &[
+            "--config-file",
+            config.to_str().unwrap_or_default(),
+            "--failed-scrapes-before-unready",
+            "1000000",
+        ],
     );
     let envoy = Envoy::start(
         &scratch,

@@ -228,6 +228,7 @@ mod tests {
             name: name.to_string(),
             address: "10.0.0.1".to_string(),
             port,
+            ready: true,
             labels: Default::default(),
             metrics: Metrics::default(),
         }

@@ -18,6 +18,7 @@ use crate::discovery::Source;
 use crate::manifests::{self, ManifestSource, PoolSelector};
 use crate::scrape::ScrapeSettings;
 use crate::serve::WasmModule;
+use crate::store;
 
 /// The scrape timeout is capped at this many refresh intervals.
 pub const TIMEOUT_INTERVALS: u32 = 20;
@@ -78,6 +79,12 @@ pub struct Cli {
     /// Limit for one scrape; capped at 20 refresh intervals.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub scrape_timeout: Duration,
+
+    /// Consecutive failed scrapes after which an endpoint stops being a candidate (marked
+    /// `ready: false` in the snapshot); one successful scrape brings it back. With the default
+    /// interval, a dead server is out within about two intervals.
+    #[arg(long, value_name = "N", default_value_t = store::DEFAULT_FAILED_SCRAPES_BEFORE_UNREADY)]
+    pub failed_scrapes_before_unready: u32,
 
     /// Path of the model servers' Prometheus metrics.
     #[arg(long, value_name = "PATH", default_value = "/metrics")]
@@ -165,6 +172,11 @@ impl Settings {
         if cli.refresh_metrics_interval < Duration::from_millis(1) {
             return Err(StartupError::flag(
                 "--refresh-metrics-interval: must be at least 1ms",
+            ));
+        }
+        if cli.failed_scrapes_before_unready == 0 {
+            return Err(StartupError::flag(
+                "--failed-scrapes-before-unready: must be at least 1",
             ));
         }
         if cli.scrape_timeout.is_zero() {
@@ -269,6 +281,7 @@ impl Settings {
                 interval: cli.refresh_metrics_interval,
                 timeout: cli.scrape_timeout.min(cap),
                 path: cli.metrics_path,
+                failures_before_unready: cli.failed_scrapes_before_unready,
             },
             long_poll_max: cli.long_poll_max,
             warnings,

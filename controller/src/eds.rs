@@ -201,6 +201,7 @@ mod tests {
             name: name.into(),
             address: address.into(),
             port,
+            ready: true,
             labels: Default::default(),
             metrics: Default::default(),
         }

@@ -104,11 +104,10 @@ async fn run(settings: Settings) -> Result<(), Failure> {
             module.sha256
         );
     }
-    let store = Arc::new(Store::with_manifests(
-        settings.profile,
-        settings.endpoints,
-        manifests,
-    ));
+    let store = Arc::new(
+        Store::with_manifests(settings.profile, settings.endpoints, manifests)
+            .unready_after(settings.scrape.failures_before_unready),
+    );
     // Scraping, and with it readiness, starts once discovery holds a complete endpoint list.
     let (synced, discovery_synced) = oneshot::channel();
     let scrape = {

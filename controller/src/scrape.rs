@@ -34,6 +34,9 @@ pub struct ScrapeSettings {
     pub timeout: Duration,
     /// Path of the metrics page (`--metrics-path`), starting with `/`.
     pub path: String,
+    /// Consecutive failed scrapes after which an endpoint is unready
+    /// (`--failed-scrapes-before-unready`).
+    pub failures_before_unready: u32,
 }
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;

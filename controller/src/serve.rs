@@ -220,6 +220,7 @@ mod tests {
                 name: "a".into(),
                 address: "10.0.0.1".into(),
                 port: 8000,
+                ready: true,
                 labels: Default::default(),
                 metrics: Default::default(),
             }],

@@ -125,6 +125,10 @@ pub struct EndpointReport {
     pub scrapes_ok: u64,
     /// Failed scrapes so far.
     pub scrapes_failed: u64,
+    /// Failed scrapes since the last success.
+    pub consecutive_failures: u32,
+    /// Whether the endpoint is a candidate (see [`Endpoint::ready`]).
+    pub ready: bool,
 }
 
 /// The outcome of [`Store::wait_newer`].
@@ -137,6 +141,10 @@ pub enum Wait {
     /// Nothing newer before the deadline; carries the current snapshot.
     TimedOut(Arc<Published>),
 }
+
+/// Consecutive failed scrapes after which an endpoint is unready, unless configured
+/// (`--failed-scrapes-before-unready`): two, so one slow scrape never takes an endpoint out.
+pub const DEFAULT_FAILED_SCRAPES_BEFORE_UNREADY: u32 = 2;
 
 /// What a poller holds, from its `since` (and `instance`) query parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,6 +186,7 @@ struct Entry {
     last_error: Option<String>,
     scrapes_ok: u64,
     scrapes_failed: u64,
+    consecutive_failures: u32,
     scraping: bool,
 }
 
@@ -196,6 +205,8 @@ struct State {
 pub struct Store {
     /// This process's instance id, in every snapshot.
     instance: String,
+    /// Consecutive failed scrapes that make an endpoint unready.
+    unready_after: u32,
     state: Mutex<State>,
     published: watch::Sender<Arc<Published>>,
     counters: Counters,
@@ -226,10 +237,17 @@ impl Store {
         let (published, _) = watch::channel(Arc::new(first));
         Store {
             instance,
+            unready_after: DEFAULT_FAILED_SCRAPES_BEFORE_UNREADY,
             state: Mutex::new(state),
             published,
             counters: Counters::default(),
         }
+    }
+
+    /// Makes endpoints unready after `failures` consecutive failed scrapes (at least one).
+    pub fn unready_after(mut self, failures: u32) -> Store {
+        self.unready_after = failures.max(1);
+        self
     }
 
     /// The counters.
@@ -286,8 +304,9 @@ impl Store {
     }
 
     /// Records the result of a scrape started by [`begin_scrapes`](Self::begin_scrapes).
-    /// Success replaces the metrics, stamped with `now_unix_ms`; failure keeps the previous
-    /// ones. Returns true when the endpoint went from healthy (or unscraped) to failing or back,
+    /// Success replaces the metrics, stamped with `now_unix_ms`, and makes the endpoint ready;
+    /// failure keeps the previous metrics, and the configured number of consecutive failures
+    /// makes it unready (published with the round). Returns true when the endpoint went from healthy (or unscraped) to failing or back,
     /// so the caller can log the transition. A result for an endpoint that has since been
     /// removed is dropped.
     pub fn record_scrape(
@@ -317,11 +336,17 @@ impl Store {
                     ..metrics
                 };
                 entry.scrapes_ok += 1;
+                entry.consecutive_failures = 0;
+                entry.endpoint.ready = true;
                 entry.last_error = None;
                 was_failing
             }
             Err(error) => {
                 entry.scrapes_failed += 1;
+                entry.consecutive_failures = entry.consecutive_failures.saturating_add(1);
+                if entry.consecutive_failures >= self.unready_after {
+                    entry.endpoint.ready = false;
+                }
                 entry.last_error = Some(error);
                 !was_failing
             }
@@ -379,6 +404,8 @@ impl Store {
                     last_error: entry.last_error.clone(),
                     scrapes_ok: entry.scrapes_ok,
                     scrapes_failed: entry.scrapes_failed,
+                    consecutive_failures: entry.consecutive_failures,
+                    ready: endpoint.ready,
                 }
             })
             .collect()
@@ -432,6 +459,7 @@ fn entries_from(endpoints: Vec<Endpoint>, mut previous: HashMap<EndpointKey, Ent
                     last_error: None,
                     scrapes_ok: 0,
                     scrapes_failed: 0,
+                    consecutive_failures: 0,
                     scraping: false,
                 },
             },
@@ -469,6 +497,7 @@ mod tests {
             name: name.to_string(),
             address: "127.0.0.1".to_string(),
             port,
+            ready: true,
             labels: BTreeMap::new(),
             metrics: Metrics::default(),
         }
@@ -561,6 +590,46 @@ mod tests {
         let counters = store.counters();
         assert_eq!(Counters::get(&counters.scrapes_success), 2);
         assert_eq!(Counters::get(&counters.scrapes_error), 2);
+    }
+
+    #[test]
+    fn consecutive_failures_make_an_endpoint_unready_and_one_success_brings_it_back() {
+        let store = Store::new(Profile::default(), vec![endpoint("a", 1), endpoint("b", 2)])
+            .unready_after(3);
+        let (a, b) = (key("a", 1), key("b", 2));
+        let ready = |store: &Store| -> Vec<bool> {
+            store.finish_round();
+            store
+                .current()
+                .snapshot
+                .endpoints
+                .iter()
+                .map(|e| e.ready)
+                .collect()
+        };
+        store.record_scrape(&a, Ok(queue(0)), 1_000);
+        store.record_scrape(&b, Ok(queue(0)), 1_000);
+        assert_eq!(ready(&store), [true, true]);
+        for at in [2_000, 3_000] {
+            store.record_scrape(&a, Err("refused".into()), at);
+            assert_eq!(ready(&store), [true, true], "one slow scrape is not enough");
+        }
+        // A success in between starts the count again.
+        store.record_scrape(&a, Ok(queue(0)), 3_500);
+        for at in [4_000, 5_000] {
+            store.record_scrape(&a, Err("refused".into()), at);
+        }
+        assert_eq!(ready(&store), [true, true]);
+        store.record_scrape(&a, Err("refused".into()), 6_000);
+        assert_eq!(ready(&store), [false, true], "the third failure in a row");
+        let report = &store.endpoint_reports(6_000)[0];
+        assert_eq!((report.ready, report.consecutive_failures), (false, 3));
+        // Rediscovery keeps the state; one success brings it back.
+        store.set_endpoints(vec![endpoint("a", 1), endpoint("b", 2)]);
+        assert_eq!(ready(&store), [false, true]);
+        store.record_scrape(&a, Ok(queue(0)), 7_000);
+        assert_eq!(ready(&store), [true, true]);
+        assert_eq!(store.endpoint_reports(7_000)[0].consecutive_failures, 0);
     }
 
     #[test]

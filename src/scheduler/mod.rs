@@ -157,6 +157,7 @@ pub(crate) mod test_support {
             name: format!("pod-{i}"),
             address: format!("10.0.0.{i}"),
             port: 8000,
+            ready: true,
             labels: Default::default(),
             metrics: Metrics {
                 waiting_queue_size: waiting,

@@ -240,6 +240,11 @@ impl Sim {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
+    /// Kills the simulator (SIGKILL), as a crashed model server.
+    pub fn kill(&mut self) {
+        self._proc.kill();
+    }
+
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }

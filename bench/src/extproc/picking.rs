@@ -178,6 +178,7 @@ pub(crate) mod tests {
                     name: format!("pod-{i}"),
                     address: format!("10.0.0.{i}"),
                     port: 8000,
+                    ready: true,
                     labels: Default::default(),
                     metrics: Metrics {
                         updated_unix_ms: Some(now_unix_ms()),

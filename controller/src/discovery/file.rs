@@ -179,6 +179,7 @@ pub fn parse_endpoints(bytes: &[u8]) -> Result<Vec<Endpoint>, String> {
             name,
             address: address.to_string(),
             port,
+            ready: true,
             labels: entry.labels,
             metrics: Metrics::default(),
         });

@@ -183,6 +183,7 @@ pub fn endpoints<'p>(
                 name: format!("{namespace}/{}-rank-{rank}", pod.name),
                 address: ip.to_string(),
                 port,
+                ready: true,
                 labels: pod.labels.clone(),
                 metrics: Metrics::default(),
             });
