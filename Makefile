@@ -101,7 +101,7 @@ lint:
 
 test-unit:
 	cargo test --locked --workspace --exclude wasm-epp
-	cargo test --locked -p wasm-epp --lib
+	cargo test --locked -p wasm-epp --lib --test request_fuzz
 
 test-wasm: $(WASM_BINDGEN_RUNNER)
 	@rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
