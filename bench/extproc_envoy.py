@@ -103,6 +103,7 @@ static_resources:
     type: ORIGINAL_DST
     lb_policy: CLUSTER_PROVIDED
     connect_timeout: 2s
+    circuit_breakers: {{ thresholds: [ {{ max_connections: 50000, max_pending_requests: 50000, max_requests: 50000, max_retries: 1000 }} ] }}
     per_connection_buffer_limit_bytes: 16777216
     original_dst_lb_config:
       use_http_header: true

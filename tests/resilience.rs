@@ -283,3 +283,102 @@ fn a_killed_server_is_not_tried_first_after_a_second_with_fallbacks() {
         "Envoy still tried the dead server first"
     );
 }
+
+/// Sends `n` slow completions at once over `n` connections; returns each one's status and
+/// latency.
+fn concurrent_slow_requests(port: u16, n: usize, body: &str) -> Vec<(u16, Duration)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async {
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let request = request.clone();
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    let exchange = async {
+                        let mut stream =
+                            tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+                        stream.write_all(request.as_bytes()).await?;
+                        let mut response = Vec::new();
+                        stream.read_to_end(&mut response).await?;
+                        Ok::<_, std::io::Error>(response)
+                    };
+                    let response = tokio::time::timeout(Duration::from_secs(60), exchange)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .unwrap_or_default();
+                    let status = std::str::from_utf8(&response)
+                        .ok()
+                        .and_then(|text| text.split(' ').nth(1)?.parse().ok())
+                        .unwrap_or(0);
+                    (status, started.elapsed())
+                })
+            })
+            .collect();
+        let mut results = Vec::with_capacity(n);
+        for task in tasks {
+            results.push(task.await.unwrap_or((0, Duration::ZERO)));
+        }
+        results
+    })
+}
+
+#[test]
+fn more_than_1024_concurrent_slow_requests_never_wait_in_envoy() {
+    // 40 output tokens at 100 ms each, no slowdown from batching: every request takes about
+    // 4 s in its server, however many run at once.
+    let sim_flags: &[&str] = &[
+        "--max-num-seqs",
+        "2048",
+        "--num-gpu-blocks",
+        "100000",
+        "--itl-ms",
+        "100",
+        "--batch-slowdown",
+        "0",
+    ];
+    let f = fleet_from(
+        "concurrency",
+        FleetSpec {
+            sims: &[("c0", sim_flags), ("c1", sim_flags)],
+            concurrency: 2,
+            ..FleetSpec::default()
+        },
+    );
+    f.envoy.wait_for_snapshot();
+    let body = serde_json::json!({
+        "model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "slow", "max_tokens": 40,
+    })
+    .to_string();
+    let n = 1_100;
+    let results = concurrent_slow_requests(f.envoy.port, n, &body);
+    let ok = results.iter().filter(|(status, _)| *status == 200).count();
+    let slowest = results.iter().map(|(_, d)| *d).max().unwrap_or_default();
+    let overflow = f.envoy.stat("cluster.inference_pool.upstream_cx_overflow");
+    let pending_overflow = f
+        .envoy
+        .stat("cluster.inference_pool.upstream_rq_pending_overflow");
+    eprintln!(
+        "{n} concurrent 4 s requests: {ok} ok, slowest {slowest:?}, connection overflows \
+         {overflow}, pending overflows {pending_overflow}"
+    );
+    assert_eq!(ok, n, "every request succeeded");
+    assert_eq!(
+        (overflow, pending_overflow),
+        (0, 0),
+        "requests waited for Envoy's circuit breakers"
+    );
+    // One server-side duration plus start-up and decision time; a request that waited for a
+    // connection slot would take a second duration.
+    assert!(slowest < Duration::from_secs(7), "slowest {slowest:?}");
+}

@@ -69,6 +69,8 @@ static_resources:
     type: STATIC
     lb_policy: ROUND_ROBIN
     connect_timeout: 2s
+    # The same deliberate limits as envoy/envoy.yaml (Envoy's defaults queue request 1,025).
+    circuit_breakers: { thresholds: [ { max_connections: 50000, max_pending_requests: 50000, max_requests: 50000, max_retries: 1000 } ] }
     load_assignment:
       cluster_name: pool
       endpoints:
