@@ -191,3 +191,52 @@ fn fail_close_holds_for_every_protocol_shape() {
     }
     assert_eq!(fallback.requests_served(), 0);
 }
+
+#[test]
+fn an_oversized_body_gets_413_over_http1_and_http2() {
+    let f = fleet("oversized", &["a"], 1);
+    f.envoy.wait_for_snapshot();
+    // Past the listener's 16 MiB buffer limit. Over HTTP/1.1 Envoy answers 413 and closes the
+    // connection; a client still writing a much larger body can see the close (a reset) before
+    // the answer, so 20 MiB there.
+    let body = completion(&"x".repeat(20 << 20));
+    let reply = send(
+        Shape::Http1,
+        f.envoy.port,
+        "/v1/completions",
+        Some(&body),
+        &[],
+    );
+    assert_eq!(reply.status, 413, "HTTP/1.1: {}", reply.body);
+    // Over HTTP/2 Envoy sends the whole 413 and then resets the stream with NO_ERROR, as
+    // HTTP/2 allows when the answer is complete before the request; 64 MiB, the size probed.
+    let body = completion(&"x".repeat(64 << 20));
+    let length_64 = body.len().to_string();
+    for (chunk, trailers, content_length) in [
+        (0, &[][..], Some(length_64.as_str())),
+        (64 << 10, &[][..], None),
+        (0, &[("x-trailer", "1")][..], None),
+    ] {
+        let headers: Vec<(&str, &str)> = content_length
+            .map(|l| ("content-length", l))
+            .into_iter()
+            .collect();
+        let reply = http2::send(
+            f.envoy.port,
+            &H2Request {
+                method: "POST",
+                path: "/v1/completions",
+                headers: &headers,
+                body: Some(body.as_bytes()),
+                chunk,
+                trailers,
+            },
+        );
+        assert_eq!(
+            reply.status, 413,
+            "HTTP/2 chunk {chunk}, trailers {trailers:?}: {}",
+            reply.body
+        );
+    }
+    assert_eq!(f.sims[0].requests_served(), 1, "only the warm-up");
+}
