@@ -19,6 +19,7 @@ fn snapshot(n: usize) -> Snapshot {
             address: format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
             port: 8000,
             ready: true,
+            key_cache: Default::default(),
             labels: Default::default(),
             metrics: Metrics {
                 waiting_queue_size: (i % 7) as u64,

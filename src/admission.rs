@@ -116,6 +116,7 @@ mod tests {
             address: "10.0.0.1".to_string(),
             port: 8000,
             ready: true,
+            key_cache: Default::default(),
             labels: BTreeMap::new(),
             metrics: Metrics {
                 waiting_queue_size: waiting,

@@ -9,8 +9,10 @@
 //! proxy-wasm shared data and each worker decodes it again only when the version changes.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh64::xxh64;
 
 use crate::scheduler::profile::Profile;
 
@@ -87,6 +89,20 @@ pub struct Endpoint {
     /// The latest scraped metrics.
     #[serde(default)]
     pub metrics: Metrics,
+    /// [`Endpoint::index_key`], computed on first use (not serialised).
+    #[serde(skip)]
+    pub key_cache: KeyCache,
+}
+
+/// Holds an endpoint's [`Endpoint::index_key`] once computed. It never affects comparisons:
+/// two caches are always equal.
+#[derive(Debug, Clone, Default)]
+pub struct KeyCache(OnceLock<u64>);
+
+impl PartialEq for KeyCache {
+    fn eq(&self, _: &KeyCache) -> bool {
+        true
+    }
 }
 
 fn ready_by_default() -> bool {
@@ -94,6 +110,17 @@ fn ready_by_default() -> bool {
 }
 
 impl Endpoint {
+    /// The key the prefix index remembers this endpoint by: a hash of its address and port,
+    /// computed once per decoded snapshot (later calls are one atomic load).
+    pub fn index_key(&self) -> u64 {
+        *self.key_cache.0.get_or_init(|| {
+            let mut bytes = Vec::with_capacity(self.address.len() + 2);
+            bytes.extend_from_slice(self.address.as_bytes());
+            bytes.extend_from_slice(&self.port.to_le_bytes());
+            xxh64(&bytes, 0)
+        })
+    }
+
     /// The `host:port` form used in `x-gateway-destination-endpoint` (IPv6 bracketed).
     pub fn host_port(&self) -> String {
         if self.address.contains(':') {
@@ -214,6 +241,7 @@ mod tests {
                 address: "fd00::1".into(),
                 port: 8000,
                 ready: true,
+                key_cache: Default::default(),
                 labels: BTreeMap::new(),
                 metrics: Metrics::default(),
             }],

@@ -30,6 +30,7 @@ fn snapshot() -> Snapshot {
                 address: format!("10.0.0.{i}"),
                 port: 8000,
                 ready: i != 4,
+                key_cache: Default::default(),
                 labels: Default::default(),
                 metrics: Metrics {
                     waiting_queue_size: i * 3,

@@ -93,6 +93,7 @@ fn snapshot_of(sim: &Sim, instance: &str, version: u64) -> Snapshot {
             address: "127.0.0.1".into(),
             port: sim.port,
             ready: true,
+            key_cache: Default::default(),
             labels: Default::default(),
             metrics: Default::default(),
         }],

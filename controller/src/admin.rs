@@ -229,6 +229,7 @@ mod tests {
             address: "10.0.0.1".to_string(),
             port,
             ready: true,
+            key_cache: Default::default(),
             labels: Default::default(),
             metrics: Metrics::default(),
         }

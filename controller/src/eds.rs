@@ -202,6 +202,7 @@ mod tests {
             address: address.into(),
             port,
             ready: true,
+            key_cache: Default::default(),
             labels: Default::default(),
             metrics: Default::default(),
         }

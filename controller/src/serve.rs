@@ -221,6 +221,7 @@ mod tests {
                 address: "10.0.0.1".into(),
                 port: 8000,
                 ready: true,
+                key_cache: Default::default(),
                 labels: Default::default(),
                 metrics: Default::default(),
             }],

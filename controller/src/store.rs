@@ -498,6 +498,7 @@ mod tests {
             address: "127.0.0.1".to_string(),
             port,
             ready: true,
+            key_cache: Default::default(),
             labels: BTreeMap::new(),
             metrics: Metrics::default(),
         }

@@ -158,6 +158,7 @@ pub(crate) mod test_support {
             address: format!("10.0.0.{i}"),
             port: 8000,
             ready: true,
+            key_cache: Default::default(),
             labels: Default::default(),
             metrics: Metrics {
                 waiting_queue_size: waiting,

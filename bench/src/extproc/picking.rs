@@ -179,6 +179,7 @@ pub(crate) mod tests {
                     address: format!("10.0.0.{i}"),
                     port: 8000,
                     ready: true,
+                    key_cache: Default::default(),
                     labels: Default::default(),
                     metrics: Metrics {
                         updated_unix_ms: Some(now_unix_ms()),

@@ -180,6 +180,7 @@ pub fn parse_endpoints(bytes: &[u8]) -> Result<Vec<Endpoint>, String> {
             address: address.to_string(),
             port,
             ready: true,
+            key_cache: Default::default(),
             labels: entry.labels,
             metrics: Metrics::default(),
         });

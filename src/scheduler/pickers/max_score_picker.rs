@@ -5,12 +5,44 @@ use crate::scheduler::rng::Rng;
 
 /// Up to `n` indices (at least one when there are candidates), best first.
 pub fn pick(totals: &[f64], n: usize, rng: &mut Rng) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..totals.len()).collect();
-    rng.shuffle(&mut order);
-    // Stable sort after a shuffle: equal totals stay in random order.
-    order.sort_by(|&a, &b| totals[b].total_cmp(&totals[a]));
-    order.truncate(n.max(1));
-    order
+    if n <= 1 {
+        return best(totals, rng).into_iter().collect();
+    }
+    // A random tie-break per candidate, then only the best `n` are ordered.
+    let mut order: Vec<(usize, u64)> = (0..totals.len()).map(|i| (i, rng.next_u64())).collect();
+    let better = |a: &(usize, u64), b: &(usize, u64)| {
+        totals[b.0].total_cmp(&totals[a.0]).then(a.1.cmp(&b.1))
+    };
+    if n < order.len() {
+        order.select_nth_unstable_by(n - 1, better);
+        order.truncate(n);
+    }
+    order.sort_unstable_by(better);
+    order.into_iter().map(|(i, _)| i).collect()
+}
+
+/// The index of the highest total, uniformly at random among ties: one pass, a random draw
+/// only on a tie (reservoir sampling), no allocation.
+fn best(totals: &[f64], rng: &mut Rng) -> Option<usize> {
+    let mut chosen = None;
+    let mut ties = 0;
+    for (i, &total) in totals.iter().enumerate() {
+        let order = chosen.map(|c: usize| total.total_cmp(&totals[c]));
+        match order {
+            None | Some(std::cmp::Ordering::Greater) => {
+                chosen = Some(i);
+                ties = 1;
+            }
+            Some(std::cmp::Ordering::Equal) => {
+                ties += 1;
+                if rng.below(ties) == 0 {
+                    chosen = Some(i);
+                }
+            }
+            Some(std::cmp::Ordering::Less) => {}
+        }
+    }
+    chosen
 }
 
 #[cfg(test)]
@@ -39,5 +71,14 @@ mod tests {
         }
         assert_eq!(seen[2], 0);
         assert!(seen[0] > 100 && seen[1] > 100, "{seen:?}");
+        // Fallback lists break ties at random too.
+        let mut firsts = [0; 3];
+        for _ in 0..300 {
+            let picked = pick(&[0.5, 1.0, 1.0], 2, &mut rng);
+            assert_eq!(picked.len(), 2);
+            assert!(picked.contains(&1) && picked.contains(&2), "{picked:?}");
+            firsts[picked[0]] += 1;
+        }
+        assert!(firsts[1] > 100 && firsts[2] > 100, "{firsts:?}");
     }
 }

@@ -11,8 +11,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use xxhash_rust::xxh64::xxh64;
-
 use crate::snapshot::Endpoint;
 
 /// Block hashes kept per bucket.
@@ -49,41 +47,46 @@ impl Entry {
     }
 }
 
-/// The key an endpoint is remembered by.
-fn endpoint_key(endpoint: &Endpoint) -> u64 {
-    xxh64(endpoint.host_port().as_bytes(), 0)
-}
-
 fn bucket_of(store: &dyn BlockStore, hash: u64) -> u32 {
     (hash % u64::from(store.buckets().max(1))) as u32
 }
 
 /// For each endpoint, how many of the request's blocks it holds, walking `hashes` in order and
-/// stopping at the first block nobody holds (as upstream does).
+/// stopping at the first block nobody holds (as upstream does). Counts per holder first (at
+/// most [`HOLDERS_PER_ENTRY`] per block), then one binary search per endpoint: no work per
+/// block and endpoint pair.
 pub fn matched_blocks(
     store: &dyn BlockStore,
     endpoints: &[&Endpoint],
     hashes: &[u64],
 ) -> Vec<usize> {
-    let keys: Vec<u64> = endpoints.iter().map(|e| endpoint_key(e)).collect();
-    let mut matched = vec![0; endpoints.len()];
+    let mut per_holder: Vec<(u64, usize)> = Vec::new();
     for &hash in hashes {
         let (bytes, _) = store.read(bucket_of(store, hash));
         let Some(entry) = decode(&bytes).into_iter().find(|e| e.hash == hash) else {
             break;
         };
-        for (count, key) in matched.iter_mut().zip(&keys) {
-            if entry.holders.iter().any(|h| h.0 == *key) {
-                *count += 1;
+        for &(key, _) in &entry.holders {
+            match per_holder.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, count)) => *count += 1,
+                None => per_holder.push((key, 1)),
             }
         }
     }
-    matched
+    per_holder.sort_unstable();
+    endpoints
+        .iter()
+        .map(|e| {
+            per_holder
+                .binary_search_by_key(&e.index_key(), |&(k, _)| k)
+                .map_or(0, |i| per_holder[i].1)
+        })
+        .collect()
 }
 
 /// Records that `endpoint` was sent the blocks `hashes` at `now_unix_ms`.
 pub fn record(store: &dyn BlockStore, endpoint: &Endpoint, hashes: &[u64], now_unix_ms: u64) {
-    let key = endpoint_key(endpoint);
+    let key = endpoint.index_key();
     for &hash in hashes {
         let bucket = bucket_of(store, hash);
         for _ in 0..WRITE_ATTEMPTS {

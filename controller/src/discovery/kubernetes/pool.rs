@@ -184,6 +184,7 @@ pub fn endpoints<'p>(
                 address: ip.to_string(),
                 port,
                 ready: true,
+                key_cache: Default::default(),
                 labels: pod.labels.clone(),
                 metrics: Metrics::default(),
             });
