@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use wasm_epp::picker::{Incoming, Outcome, Picker};
 use wasm_epp::plugin_config::FilterConfig;
-use wasm_epp::scheduler::prefix::MemoryStore;
+use wasm_epp::scheduler::prefix::PrefixIndex;
 use wasm_epp::scheduler::profile::Profile;
 use wasm_epp::snapshot::{Endpoint, Metrics, Snapshot};
 
@@ -56,7 +56,7 @@ fn main() {
     println!("pick latency, default profile, 1 KB prompts, {PICKS} picks per size (native, this machine)");
     for n in [8, 100, 1000] {
         let snapshot = snapshot(n);
-        let store = MemoryStore::new(16_384);
+        let mut store = PrefixIndex::new(16_384);
         let mut picker = Picker::new(1);
         let config = FilterConfig::default();
         let mut samples = Vec::with_capacity(PICKS);
@@ -67,7 +67,7 @@ fn main() {
                 ..Incoming::default()
             };
             let start = Instant::now();
-            let outcome = picker.decide(Some(&snapshot), &config, &incoming, |_| 0, &store);
+            let outcome = picker.decide(Some(&snapshot), &config, &incoming, |_| 0, &mut store);
             samples.push(start.elapsed().as_nanos() as f64 / 1000.0);
             assert!(matches!(outcome, Outcome::Route(_)), "{outcome:?}");
         }

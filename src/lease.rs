@@ -30,6 +30,8 @@
 //! in-VM counter distinguishes them: each contender draws one from the shared counter
 //! [`SEQUENCE_KEY`] (see [`claim_id`]).
 
+use crate::shared_data::SharedStore;
+
 /// Shared-data key of the lease.
 pub const LEASE_KEY: &str = "wasm-epp.poller.lease";
 /// Shared-data key of the holder-id sequence counter.
@@ -122,19 +124,13 @@ pub fn step(current: Option<&[u8]>, me: &HolderId, now_unix_ms: u64, ttl_ms: u64
     }
 }
 
-/// The shared data the lease lives in, with the host's semantics: a read gives the value and
-/// its compare-and-swap token; a write with a token fails if the value changed since, and a
-/// write without one (or to a key that does not exist yet) always succeeds.
-pub trait LeaseStore {
-    /// The value and token under `key`; `Some((None, None))` when absent, `None` on a host
-    /// error.
-    fn get(&self, key: &str) -> Option<(Option<Vec<u8>>, Option<u32>)>;
-    /// Writes `value` under `key`; whether it was written.
-    fn set(&self, key: &str, value: &[u8], token: Option<u32>) -> bool;
+/// Claims a holder id from the shared counter [`SEQUENCE_KEY`]; see [`claim_id_at`].
+pub fn claim_id(store: &impl SharedStore) -> Option<HolderId> {
+    claim_id_at(store, SEQUENCE_KEY)
 }
 
-/// Claims a holder id from the shared counter [`SEQUENCE_KEY`]; `None` if shared data fails or
-/// stays contended.
+/// Claims an id, unique among the VMs of one Envoy process, from the shared counter under
+/// `counter_key`; `None` if shared data fails or stays contended.
 ///
 /// The counter is raised by compare-and-swap, and the id is the new count together with the
 /// token the successful write was checked against. A token names one write to shared data,
@@ -142,18 +138,18 @@ pub trait LeaseStore {
 /// late creation of the counter (the same unguarded-creation race as the lease's) reset the
 /// count, the tokens still differ. The count keeps ids apart should the host's 32-bit token
 /// wrap around in a long-lived process.
-pub fn claim_id(store: &impl LeaseStore) -> Option<HolderId> {
+pub fn claim_id_at(store: &impl SharedStore, counter_key: &str) -> Option<HolderId> {
     for _ in 0..CLAIM_ATTEMPTS {
-        match store.get(SEQUENCE_KEY)? {
+        match store.get(counter_key)? {
             (Some(bytes), Some(token)) => {
                 let sequence = next_sequence(&bytes);
-                if store.set(SEQUENCE_KEY, sequence.to_string().as_bytes(), Some(token)) {
+                if store.set(counter_key, sequence.to_string().as_bytes(), Some(token)) {
                     return Some(HolderId::new(sequence, token));
                 }
             }
             // Absent: create it, then claim against the created value on the next attempt.
             _ => {
-                store.set(SEQUENCE_KEY, b"0", None);
+                store.set(counter_key, b"0", None);
             }
         }
     }
@@ -198,7 +194,7 @@ impl Contender {
 
     /// One round of the election at `now_unix_ms`; returns whether this contender holds the
     /// lease (and may poll) until its next tick. Any shared-data failure means not holding.
-    pub fn tick(&mut self, store: &impl LeaseStore, now_unix_ms: u64) -> bool {
+    pub fn tick(&mut self, store: &impl SharedStore, now_unix_ms: u64) -> bool {
         if self.id.is_none() {
             self.id = claim_id(store);
         }
@@ -224,51 +220,14 @@ impl Contender {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::RefCell;
-    use std::collections::HashMap;
+    use crate::shared_data::fake::Host;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-
-    /// Shared data as the host implements it: one token counter for all writes, the token
-    /// checked only when the key exists.
-    #[derive(Default)]
-    struct Host {
-        data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
-        next_token: RefCell<u32>,
-    }
-
-    impl Host {
-        fn remove(&self, key: &str) {
-            self.data.borrow_mut().remove(key);
-        }
-    }
-
-    impl LeaseStore for Host {
-        fn get(&self, key: &str) -> Option<(Option<Vec<u8>>, Option<u32>)> {
-            Some(match self.data.borrow().get(key) {
-                Some((value, token)) => (Some(value.clone()), Some(*token)),
-                None => (None, None),
-            })
-        }
-
-        fn set(&self, key: &str, value: &[u8], token: Option<u32>) -> bool {
-            let mut data = self.data.borrow_mut();
-            if let (Some((_, current)), Some(token)) = (data.get(key), token) {
-                if *current != token {
-                    return false;
-                }
-            }
-            let mut next = self.next_token.borrow_mut();
-            *next += 1;
-            data.insert(key.to_string(), (value.to_vec(), *next));
-            true
-        }
-    }
 
     /// Shared data that always fails.
     struct Broken;
 
-    impl LeaseStore for Broken {
+    impl SharedStore for Broken {
         fn get(&self, _key: &str) -> Option<(Option<Vec<u8>>, Option<u32>)> {
             None
         }
@@ -441,7 +400,7 @@ mod tests {
         assert!(a.tick(&host, 1_250));
         // Someone else writes between a's read and a's write: a's CAS fails, a does not hold.
         struct Interfering<'a>(&'a Host);
-        impl LeaseStore for Interfering<'_> {
+        impl SharedStore for Interfering<'_> {
             fn get(&self, key: &str) -> Option<(Option<Vec<u8>>, Option<u32>)> {
                 let read = self.0.get(key);
                 if key == LEASE_KEY {

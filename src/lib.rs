@@ -6,12 +6,14 @@
 
 pub mod admission;
 pub mod errors;
+pub mod exchange;
 pub mod lease;
 pub mod picker;
 pub mod plugin_config;
 pub mod request;
 pub mod rewrite;
 pub mod scheduler;
+pub mod shared_data;
 pub mod snapshot;
 
 #[cfg(all(target_arch = "wasm32", feature = "proxy"))]

@@ -12,7 +12,7 @@ use crate::errors::InferenceError;
 use crate::plugin_config::FilterConfig;
 use crate::request::{self, Api};
 use crate::rewrite;
-use crate::scheduler::prefix::BlockStore;
+use crate::scheduler::prefix::PrefixIndex;
 use crate::scheduler::profile::ScorerSpec;
 use crate::scheduler::rng::Rng;
 use crate::scheduler::{self, Decision, Request};
@@ -122,8 +122,11 @@ impl Controls {
 pub struct Route {
     /// The destination header's value: primary first, then fallbacks, comma-separated.
     pub destination: String,
-    /// The primary endpoint's `ip:port` (counted in flight until the stream ends).
+    /// The primary endpoint's `ip:port`.
     pub primary: String,
+    /// The primary endpoint's [`Endpoint::index_key`] (counted in flight until the stream
+    /// ends).
+    pub primary_key: u64,
     /// A replacement request body (the model was rewritten).
     pub body: Option<Vec<u8>>,
     /// `(target, client)` model names when responses must be rewritten back.
@@ -160,14 +163,14 @@ impl Picker {
     }
 
     /// Decides one request. `in_flight` reports this proxy's in-flight count for an endpoint
-    /// (only asked when a scorer needs it); `prefix_store` holds the shared prefix index.
+    /// (only asked when a scorer needs it); `prefix_index` is this worker's prefix index.
     pub fn decide(
         &mut self,
         snapshot: Option<&Snapshot>,
         config: &FilterConfig,
         incoming: &Incoming<'_>,
         in_flight: impl Fn(&Endpoint) -> u64,
-        prefix_store: &dyn BlockStore,
+        prefix_index: &mut PrefixIndex,
     ) -> Outcome {
         let Some(snapshot) = snapshot else {
             return if config.fail_open {
@@ -176,7 +179,7 @@ impl Picker {
                 Outcome::Reject(InferenceError::NoSnapshot)
             };
         };
-        match self.route(snapshot, config, incoming, in_flight, prefix_store) {
+        match self.route(snapshot, config, incoming, in_flight, prefix_index) {
             Ok(route) => Outcome::Route(route),
             Err(e) => Outcome::Reject(e),
         }
@@ -188,7 +191,7 @@ impl Picker {
         config: &FilterConfig,
         incoming: &Incoming<'_>,
         in_flight: impl Fn(&Endpoint) -> u64,
-        prefix_store: &dyn BlockStore,
+        prefix_index: &mut PrefixIndex,
     ) -> Result<Route, InferenceError> {
         let endpoints = candidates(&snapshot.endpoints, incoming.subset)?;
         let Some(body) = incoming.body else {
@@ -200,6 +203,7 @@ impl Picker {
             return Ok(Route {
                 destination: endpoint.host_port(),
                 primary: endpoint.host_port(),
+                primary_key: endpoint.index_key(),
                 ..Route::default()
             });
         };
@@ -251,7 +255,7 @@ impl Picker {
             &endpoints,
             &counts,
             &request,
-            prefix_store,
+            prefix_index,
             &mut self.rng,
         )?;
         let chosen: Vec<&Endpoint> = decision
@@ -263,6 +267,7 @@ impl Picker {
             return Err(no_candidates());
         };
         route.primary = primary.host_port();
+        route.primary_key = primary.index_key();
         route.destination = chosen
             .iter()
             .map(|e| e.host_port())
@@ -379,7 +384,7 @@ fn explain(decision: &Decision, endpoints: &[Endpoint]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::prefix::MemoryStore;
+    use crate::scheduler::prefix::PrefixIndex;
     use crate::scheduler::profile::{ActiveRequestParams, PickerSpec, Profile, WeightedScorer};
     use crate::scheduler::test_support::endpoint;
     use crate::snapshot::{ModelRewrite, RewriteRule, RewriteTarget};
@@ -409,7 +414,7 @@ mod tests {
     }
 
     fn decide(s: Option<&Snapshot>, config: &FilterConfig, incoming: &Incoming<'_>) -> Outcome {
-        Picker::new(1).decide(s, config, incoming, |_| 0, &MemoryStore::new(64))
+        Picker::new(1).decide(s, config, incoming, |_| 0, &mut PrefixIndex::new(64))
     }
 
     fn route(outcome: Outcome) -> Route {
@@ -527,14 +532,21 @@ mod tests {
     fn header_only_requests_go_to_a_random_endpoint() {
         let s = snapshot(vec![endpoint(1, 0, 0.0), endpoint(2, 0, 0.0)]);
         let mut p = Picker::new(9);
-        let store = MemoryStore::new(4);
+        let mut store = PrefixIndex::new(4);
         let models = Incoming {
             path: "/v1/models",
             ..Incoming::default()
         };
         let seen: std::collections::BTreeSet<String> = (0..50)
             .map(|_| {
-                route(p.decide(Some(&s), &FilterConfig::default(), &models, |_| 0, &store)).primary
+                route(p.decide(
+                    Some(&s),
+                    &FilterConfig::default(),
+                    &models,
+                    |_| 0,
+                    &mut store,
+                ))
+                .primary
             })
             .collect();
         assert_eq!(seen.len(), 2);
@@ -555,7 +567,7 @@ mod tests {
                 &FilterConfig::default(),
                 &completion(),
                 busy_first,
-                &MemoryStore::new(4),
+                &mut PrefixIndex::new(4),
             );
             assert_eq!(route(out).primary, "10.0.0.2:8000");
         }
@@ -717,7 +729,7 @@ mod tests {
                 &FilterConfig::default(),
                 &incoming,
                 |_| 0,
-                &MemoryStore::new(4),
+                &mut PrefixIndex::new(4),
             ));
             assert_eq!(r.primary, "10.0.0.2:8000");
             assert_eq!(r.session_token.as_deref(), Some(token.as_str()));

@@ -11,7 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use wasm_epp::picker::{Incoming, Outcome, Picker};
 use wasm_epp::plugin_config::FilterConfig;
-use wasm_epp::scheduler::prefix::MemoryStore;
+use wasm_epp::scheduler::prefix::PrefixIndex;
 use wasm_epp::scheduler::profile::Profile;
 use wasm_epp::scheduler::rng::Rng;
 use wasm_epp::snapshot::{Endpoint, Metrics, ModelRewrite, RewriteRule, RewriteTarget, Snapshot};
@@ -151,7 +151,7 @@ fn body(rng: &mut Rng) -> Vec<u8> {
 fn every_fuzzed_request_is_decided_with_a_client_error_or_a_member() {
     let snapshot = snapshot();
     let config = FilterConfig::default();
-    let store = MemoryStore::new(config.prefix_index_buckets);
+    let mut store = PrefixIndex::new(config.prefix_index_buckets);
     let members: Vec<String> = snapshot.endpoints.iter().map(Endpoint::host_port).collect();
     let mut picker = Picker::new(7);
     let mut rng = Rng::new(0x5eed);
@@ -170,7 +170,7 @@ fn every_fuzzed_request_is_decided_with_a_client_error_or_a_member() {
             now_unix_ms: 1_000,
         };
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            picker.decide(Some(&snapshot), &config, &incoming, |_| 1, &store)
+            picker.decide(Some(&snapshot), &config, &incoming, |_| 1, &mut store)
         }))
         .unwrap_or_else(|_| panic!("case {case} panicked: {incoming:?}"));
         match outcome {

@@ -468,3 +468,121 @@ fn a_new_config_reaches_a_running_envoy() {
         "the new profile never reached Envoy"
     );
 }
+
+/// Host calls per finished request, from the filter's two counters, over `requests` requests
+/// with `prompt_bytes`-byte prompts.
+fn host_calls_per_request(envoy: &Envoy, prompt_bytes: usize, requests: u64) -> f64 {
+    let calls = "wasmcustom.wasm_epp_request_host_calls";
+    let finished = "wasmcustom.wasm_epp_requests";
+    let (calls_before, finished_before) = (envoy.stat(calls), envoy.stat(finished));
+    for i in 0..requests {
+        let prompt = format!("{i} {}", "p".repeat(prompt_bytes));
+        let reply = post(
+            &envoy.url("/v1/completions"),
+            &body(
+                "meta-llama/Llama-3.1-8B-Instruct",
+                &prompt,
+                serde_json::json!({}),
+            ),
+            &[],
+        );
+        assert!(reply.status != 0, "{reply:?}");
+    }
+    // Counters reach the admin page at once; on_log may trail the reply by a moment.
+    let mut done = 0;
+    wait_until(Duration::from_secs(5), || {
+        done = envoy.stat(finished) - finished_before;
+        done >= requests
+    });
+    assert_eq!(done, requests, "every request finished");
+    (envoy.stat(calls) - calls_before) as f64 / requests as f64
+}
+
+#[test]
+fn a_request_costs_the_same_host_calls_whatever_its_prompt_and_pool() {
+    let scratch = Scratch::new("host-calls");
+    let sims = [
+        Sim::start(&scratch, "a", &[]),
+        Sim::start(&scratch, "b", &[]),
+    ];
+    let mut per_request = Vec::new();
+    for dead in [0u16, 60] {
+        // `dead` more endpoints where nothing listens, kept candidates: requests picked onto
+        // them fail after the decision, which still costs what a decision costs.
+        let mut yaml = String::from("endpoints:\n");
+        for sim in &sims {
+            yaml.push_str(&format!(
+                "- {{name: {}, address: 127.0.0.1, port: {}}}\n",
+                sim.name, sim.port
+            ));
+        }
+        for i in 0..dead {
+            yaml.push_str(&format!(
+                "- {{name: dead-{i}, address: 127.0.0.{}, port: 9}}\n",
+                i + 2
+            ));
+        }
+        let file = scratch.path(&format!("endpoints-{dead}.yaml"));
+        std::fs::write(&file, yaml).expect("write endpoints");
+        let config_path = scratch.path(&format!("config-{dead}.yaml"));
+        let profile = config(
+            &[
+                "queue-scorer",
+                "kv-cache-utilization-scorer",
+                "prefix-cache-scorer",
+                "active-request-scorer",
+                "max-score-picker",
+            ],
+            &[
+                ("queue-scorer", 1),
+                ("kv-cache-utilization-scorer", 1),
+                ("prefix-cache-scorer", 1),
+                ("active-request-scorer", 1),
+                ("max-score-picker", 1),
+            ],
+        );
+        std::fs::write(
+            &config_path,
+            profile.replace("{ENDPOINTS}", &file.display().to_string()),
+        )
+        .expect("write config");
+        let controller = Controller::start(
+            &scratch,
+            "100ms",
+            &[
+                "--config-file",
+                config_path.to_str().unwrap_or_default(),
+                "--failed-scrapes-before-unready",
+                "1000000",
+            ],
+        );
+        let envoy = Envoy::start(
+            &scratch,
+            EnvoyOptions {
+                concurrency: 2,
+                ..EnvoyOptions::with_controller(controller.port)
+            },
+        );
+        // Decided (whether the pick is alive or not), not failed closed for lack of a snapshot.
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                let reply = envoy.complete("warm-up", &[]);
+                reply.status != 0 && !reply.body.contains("no endpoint snapshot")
+            }),
+            "no snapshot reached Envoy"
+        );
+        for prompt_bytes in [1_000, 100_000] {
+            let calls = host_calls_per_request(&envoy, prompt_bytes, 10);
+            eprintln!(
+                "{} endpoints, {prompt_bytes}-byte prompts: {calls} host calls per request",
+                dead + 2
+            );
+            per_request.push(calls);
+        }
+    }
+    assert!(
+        per_request.iter().all(|&c| c == per_request[0]),
+        "host calls per request vary with the prompt or the pool: {per_request:?}"
+    );
+    assert!(per_request[0] <= 10.0, "{per_request:?}");
+}

@@ -11,7 +11,7 @@ pub mod scorers;
 
 use crate::errors::InferenceError;
 use crate::snapshot::Endpoint;
-use prefix::{BlockStore, PrefixMatch};
+use prefix::{PrefixIndex, PrefixMatch};
 use profile::{Profile, ScorerSpec};
 use rng::Rng;
 
@@ -56,14 +56,14 @@ pub struct ScoringInput<'a> {
 }
 
 /// Schedules one request over `endpoints` with `profile`, then records the decision in the
-/// prefix index `prefix_store`. `in_flight` holds this proxy's in-flight count per endpoint
+/// prefix index. `in_flight` holds this proxy's in-flight count per endpoint
 /// (or is empty).
 pub fn schedule(
     profile: &Profile,
     endpoints: &[Endpoint],
     in_flight: &[u64],
     request: &Request<'_>,
-    prefix_store: &dyn BlockStore,
+    prefix_index: &mut PrefixIndex,
     rng: &mut Rng,
 ) -> Result<Decision, InferenceError> {
     if endpoints.is_empty() {
@@ -88,7 +88,7 @@ pub fn schedule(
         .collect();
     let prefix = profile.scorers.iter().find_map(|s| match &s.scorer {
         ScorerSpec::PrefixCache(params) => {
-            Some(prefix::produce(params, &chosen, request, prefix_store))
+            Some(prefix::produce(params, &chosen, request, prefix_index))
         }
         _ => None,
     });
@@ -117,7 +117,7 @@ pub fn schedule(
     if let (Some(prefix), Some(endpoint)) =
         (&prefix, picked.first().and_then(|&i| endpoints.get(i)))
     {
-        prefix::index::record(prefix_store, endpoint, &prefix.hashes, request.now_unix_ms);
+        prefix_index.record(endpoint.index_key(), &prefix.hashes, request.now_unix_ms);
     }
     Ok(Decision {
         picked,
@@ -171,7 +171,7 @@ pub(crate) mod test_support {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix::MemoryStore;
+    use super::prefix::PrefixIndex;
     use super::profile::{PickerSpec, WeightedScorer};
     use super::test_support::endpoint;
     use super::*;
@@ -182,7 +182,7 @@ mod tests {
         profile: &Profile,
         endpoints: &[Endpoint],
         request: &Request<'_>,
-        store: &MemoryStore,
+        store: &mut PrefixIndex,
     ) -> Decision {
         schedule(profile, endpoints, &[], request, store, &mut Rng::new(7)).unwrap()
     }
@@ -194,7 +194,7 @@ mod tests {
             &[],
             &[],
             &Request::default(),
-            &MemoryStore::new(64),
+            &mut PrefixIndex::new(64),
             &mut Rng::new(1),
         )
         .unwrap_err();
@@ -212,7 +212,7 @@ mod tests {
             &Profile::default(),
             &endpoints,
             &Request::default(),
-            &MemoryStore::new(64),
+            &mut PrefixIndex::new(64),
         );
         assert_eq!(d.picked, vec![1]);
         // queue: 0, 1, 0.5 (×2); kv: 0.1, 0.9, 0.5 (×2); no prompt → prefix 0.
@@ -245,7 +245,7 @@ mod tests {
             &profile,
             &endpoints,
             &Request::default(),
-            &MemoryStore::new(64),
+            &mut PrefixIndex::new(64),
         );
         assert_eq!(d.picked, vec![1, 2]);
         assert!((d.totals[1] - 4.0).abs() < 1e-9);
@@ -264,15 +264,15 @@ mod tests {
             prompt: &prompt,
             ..Request::default()
         };
-        let store = MemoryStore::new(64);
-        let first = run(&Profile::default(), &endpoints, &request, &store).picked;
+        let mut store = PrefixIndex::new(64);
+        let first = run(&Profile::default(), &endpoints, &request, &mut store).picked;
         for seed in 0..20 {
             let d = schedule(
                 &Profile::default(),
                 &endpoints,
                 &[],
                 &request,
-                &store,
+                &mut store,
                 &mut Rng::new(seed),
             )
             .unwrap();

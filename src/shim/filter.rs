@@ -1,63 +1,142 @@
-//! The filter's root context: its configuration, the per-worker state every HTTP context
-//! of this worker shares (the decoded snapshot and the picker), and, when the configuration
-//! names a controller cluster, this worker's leased poller.
+//! The filter's root context and the per-worker state every HTTP context of this worker
+//! shares: the decoded snapshot, the picker, this worker's prefix index and in-flight counts,
+//! and its side of the exchange with the other workers ([`crate::exchange`]). A decision
+//! makes no shared-data call; the worker's timer tick does the sharing, and, when the
+//! configuration names a controller cluster, drives this worker's leased poller.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
+use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 
+use super::calls::{self, counted};
 use super::http::PickerHttp;
 use super::leased_poller::LeasedPoller;
-use super::shared::{self, now_ns, SharedPrefixStore};
+use super::shared::{self, now_ns, now_unix_ms, SharedHost};
+use crate::exchange::Exchange;
 use crate::picker::{Incoming, Outcome, Picker};
 use crate::plugin_config::FilterConfig;
+use crate::scheduler::prefix::PrefixIndex;
 use crate::snapshot::Snapshot;
+
+/// The worker's tick: how often it shares with the other workers and looks for a new
+/// snapshot. Idle, a tick costs a few host calls per other worker.
+const TICK: Duration = Duration::from_millis(10);
+
+/// Envoy metrics the filter defines (shown as `wasmcustom.<name>`).
+struct Metrics {
+    /// Histogram: time per decision, ns.
+    decision_ns: Option<u32>,
+    /// Counter: host calls made on the request path by finished requests.
+    request_host_calls: Option<u32>,
+    /// Counter: finished requests (the divisor of the one above).
+    requests: Option<u32>,
+}
+
+impl Metrics {
+    fn define() -> Metrics {
+        let define = |kind, name| hostcalls::define_metric(kind, name).ok();
+        Metrics {
+            decision_ns: define(MetricType::Histogram, "wasm_epp_decision_ns"),
+            request_host_calls: define(MetricType::Counter, "wasm_epp_request_host_calls"),
+            requests: define(MetricType::Counter, "wasm_epp_requests"),
+        }
+    }
+}
 
 /// State of one worker's filter, shared by its HTTP contexts.
 pub struct Worker {
     config: FilterConfig,
     picker: Picker,
-    prefix_store: SharedPrefixStore,
+    index: PrefixIndex,
+    /// This worker's requests in flight per endpoint key.
+    in_flight: HashMap<u64, u32>,
+    exchange: Exchange,
     snapshot: Option<Rc<Snapshot>>,
     /// The published identity text `snapshot` was decoded for (or last failed to decode).
     snapshot_key: Option<Vec<u8>>,
-    /// Envoy histogram `wasmcustom.wasm_epp_decision_ns`: time per decision.
-    decision_ns: Option<u32>,
+    metrics: Metrics,
 }
 
 impl Worker {
-    /// Decides one request with the newest snapshot.
+    /// Decides one request with the newest snapshot this worker has seen (looked for on every
+    /// tick, and here only while it has none). Host calls: the clock twice and one histogram
+    /// sample.
     pub fn decide(&mut self, incoming: &Incoming<'_>) -> Outcome {
-        let started = now_ns();
-        let snapshot = self.snapshot();
+        let started = counted(now_ns());
+        if self.snapshot.is_none() {
+            calls::add(self.refresh_snapshot());
+        }
+        let exchange = &self.exchange;
+        let local = &self.in_flight;
         let outcome = self.picker.decide(
-            snapshot.as_deref(),
+            self.snapshot.as_deref(),
             &self.config,
             incoming,
-            |e| shared::in_flight(&e.host_port()),
-            &self.prefix_store,
+            |e| {
+                let key = e.index_key();
+                u64::from(local.get(&key).copied().unwrap_or(0) + exchange.others_in_flight(key))
+            },
+            &mut self.index,
         );
-        if let Some(id) = self.decision_ns {
-            let _ = hostcalls::record_metric(id, now_ns().saturating_sub(started));
+        if let Some(id) = self.metrics.decision_ns {
+            let elapsed = counted(now_ns()).saturating_sub(started);
+            let _ = counted(hostcalls::record_metric(id, elapsed));
         }
         outcome
     }
 
-    /// The published snapshot, decoded again only when its identity changed (whatever the
-    /// poller published: it decides which snapshot replaces which).
-    fn snapshot(&mut self) -> Option<Rc<Snapshot>> {
-        let published = shared::snapshot_id_text();
-        if published.is_some() && published != self.snapshot_key {
-            match shared::snapshot_json().map(|json| Snapshot::from_json(&json)) {
-                Some(Ok(snapshot)) => self.snapshot = Some(Rc::new(snapshot)),
-                Some(Err(e)) => log::warn!("wasm-epp: keeping the previous snapshot: {e}"),
-                None => return self.snapshot.clone(),
+    /// Counts a request in flight to the endpoint `key` until [`end`](Self::end).
+    pub fn begin(&mut self, key: u64) {
+        *self.in_flight.entry(key).or_default() += 1;
+    }
+
+    /// Ends a request counted by [`begin`](Self::begin).
+    pub fn end(&mut self, key: u64) {
+        if let Some(count) = self.in_flight.get_mut(&key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.in_flight.remove(&key);
             }
-            self.snapshot_key = published;
         }
-        self.snapshot.clone()
+    }
+
+    /// Reports a finished request's host calls (two counter updates, not counted).
+    pub fn finished(&self, host_calls: u64) {
+        if let (Some(calls), Some(requests)) =
+            (self.metrics.request_host_calls, self.metrics.requests)
+        {
+            let _ = hostcalls::increment_metric(calls, host_calls as i64);
+            let _ = hostcalls::increment_metric(requests, 1);
+        }
+    }
+
+    /// The tick's work: share with the other workers, then take a new snapshot if one was
+    /// published.
+    fn on_tick(&mut self) {
+        self.exchange
+            .tick(&SharedHost, now_unix_ms(), &mut self.index, &self.in_flight);
+        let _ = self.refresh_snapshot();
+    }
+
+    /// Decodes the published snapshot if its identity changed (whatever the poller published:
+    /// it decides which snapshot replaces which). Returns the host calls made: one when
+    /// unchanged, two when it read a new snapshot.
+    fn refresh_snapshot(&mut self) -> u64 {
+        let published = shared::snapshot_id_text();
+        if published.is_none() || published == self.snapshot_key {
+            return 1;
+        }
+        match shared::snapshot_json().map(|json| Snapshot::from_json(&json)) {
+            Some(Ok(snapshot)) => self.snapshot = Some(Rc::new(snapshot)),
+            Some(Err(e)) => log::warn!("wasm-epp: keeping the previous snapshot: {e}"),
+            None => return 2,
+        }
+        self.snapshot_key = published;
+        2
     }
 }
 
@@ -66,10 +145,14 @@ pub struct FilterRoot {
     worker: Rc<RefCell<Worker>>,
     /// Filter-side polling (`controllerCluster` configured); `None` with a bootstrap poller.
     poller: Option<LeasedPoller>,
+    /// Ticks between two turns of the leased poller (its `retryMs`).
+    poller_every: u64,
+    ticks: u64,
 }
 
 impl FilterRoot {
-    /// A root context with the given configuration; starts its leased poller, if any.
+    /// A root context with the given configuration; starts the worker's ticker and its leased
+    /// poller, if any.
     pub fn new(config: FilterConfig) -> FilterRoot {
         let seed = now_ns();
         let poller = config.controller.clone().map(|controller| {
@@ -77,19 +160,25 @@ impl FilterRoot {
             poller.start();
             poller
         });
+        let poller_every = poller.as_ref().map_or(1, |p| {
+            (p.config().retry_ms / TICK.as_millis() as u64).max(1)
+        });
+        if let Err(status) = hostcalls::set_tick_period(TICK) {
+            log::error!("wasm-epp: cannot set the tick period: {status:?}");
+        }
         FilterRoot {
             poller,
+            poller_every,
+            ticks: 0,
             worker: Rc::new(RefCell::new(Worker {
-                prefix_store: SharedPrefixStore::new(config.prefix_index_buckets),
+                index: PrefixIndex::new(config.prefix_index_buckets),
                 config,
                 picker: Picker::new(seed),
+                in_flight: HashMap::new(),
+                exchange: Exchange::new(),
                 snapshot: None,
                 snapshot_key: None,
-                decision_ns: hostcalls::define_metric(
-                    MetricType::Histogram,
-                    "wasm_epp_decision_ns",
-                )
-                .ok(),
+                metrics: Metrics::define(),
             })),
         }
     }
@@ -102,5 +191,16 @@ impl FilterRoot {
     /// The leased poller, if this filter polls the controller itself.
     pub fn poller(&mut self) -> Option<&mut LeasedPoller> {
         self.poller.as_mut()
+    }
+
+    /// One tick: the worker's sharing and, every `retryMs`, the leased poller's turn.
+    pub fn on_tick(&mut self) {
+        self.worker.borrow_mut().on_tick();
+        if self.ticks % self.poller_every == 0 {
+            if let Some(poller) = self.poller.as_mut() {
+                poller.on_tick();
+            }
+        }
+        self.ticks = self.ticks.wrapping_add(1);
     }
 }

@@ -1,6 +1,12 @@
 //! The per-request HTTP context: reads and strips the control headers, buffers the body, asks
 //! the picker, applies the outcome (destination header, rewritten body, or a local error
 //! reply), and on the way back adds the response headers and rewrites the model name back.
+//!
+//! Host calls per request are a fixed handful whatever the prompt and the pool (each is
+//! counted, see [`super::calls`]): the request headers read once as a map (one call, one copy
+//! of every header), one removal per control header actually present, the body copied into
+//! Wasm memory once, the destination header set, the clock and the decision histogram, plus
+//! a body replacement only for a model rewrite and a local reply only for a rejection.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -9,6 +15,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 
+use super::calls::{self, counted};
 use super::filter::Worker;
 use super::shared;
 use crate::errors::{InferenceError, DROPPED_REASON_HEADER};
@@ -21,8 +28,8 @@ use crate::rewrite::ResponseModelRewriter;
 pub struct PickerHttp {
     worker: Rc<RefCell<Worker>>,
     controls: Controls,
-    /// The endpoint counted in flight for this request, released when the stream ends.
-    in_flight: Option<String>,
+    /// The endpoint key counted in flight for this request, released when the stream ends.
+    in_flight: Option<u64>,
     /// Response headers to add.
     response_headers: Vec<(&'static str, String)>,
     /// Rewrites the model name in the response back to the client's.
@@ -32,12 +39,8 @@ pub struct PickerHttp {
     /// The request has been decided; every request is decided exactly once, whichever
     /// callback sees its end (headers, body or trailers).
     decided: bool,
-}
-
-fn request_header(name: &str) -> Option<String> {
-    hostcalls::get_map_value(MapType::HttpRequestHeaders, name)
-        .ok()
-        .flatten()
+    /// Host calls this request's callbacks made.
+    host_calls: u64,
 }
 
 impl PickerHttp {
@@ -51,14 +54,23 @@ impl PickerHttp {
             response_rewriter: None,
             body_seen: false,
             decided: false,
+            host_calls: 0,
         }
+    }
+
+    /// Runs one callback's work, adding the host calls it made to this request's count.
+    fn counting<T>(&mut self, work: impl FnOnce(&mut PickerHttp) -> T) -> T {
+        let before = calls::total();
+        let result = work(self);
+        self.host_calls += calls::total() - before;
+        result
     }
 
     fn decide(&mut self, body: Option<&[u8]>) -> Action {
         if std::mem::replace(&mut self.decided, true) {
             return Action::Continue;
         }
-        let incoming = self.controls.incoming(body, shared::now_unix_ms());
+        let incoming = self.controls.incoming(body, counted(shared::now_unix_ms()));
         let outcome = {
             let mut worker = self.worker.borrow_mut();
             worker.decide(&incoming)
@@ -69,9 +81,11 @@ impl PickerHttp {
             Outcome::Reject(error) => return reject(&error),
         };
         let headers = MapType::HttpRequestHeaders;
-        if let Err(status) =
-            hostcalls::set_map_value(headers, DESTINATION_HEADER, Some(&route.destination))
-        {
+        if let Err(status) = counted(hostcalls::set_map_value(
+            headers,
+            DESTINATION_HEADER,
+            Some(&route.destination),
+        )) {
             log::error!("wasm-epp: cannot set {DESTINATION_HEADER}: {status:?}");
             return reject(&InferenceError::Internal(
                 "cannot set the destination header".to_string(),
@@ -79,11 +93,19 @@ impl PickerHttp {
         }
         if let (Some(new_body), Some(old)) = (&route.body, body) {
             let length = new_body.len().to_string();
-            let replaced =
-                hostcalls::set_buffer(BufferType::HttpRequestBody, 0, old.len(), new_body)
-                    .and_then(|()| {
-                        hostcalls::set_map_value(headers, "content-length", Some(&length))
-                    });
+            let replaced = counted(hostcalls::set_buffer(
+                BufferType::HttpRequestBody,
+                0,
+                old.len(),
+                new_body,
+            ))
+            .and_then(|()| {
+                counted(hostcalls::set_map_value(
+                    headers,
+                    "content-length",
+                    Some(&length),
+                ))
+            });
             if let Err(status) = replaced {
                 log::error!("wasm-epp: cannot replace the request body: {status:?}");
                 return reject(&InferenceError::Internal(
@@ -91,8 +113,8 @@ impl PickerHttp {
                 ));
             }
         }
-        shared::add_in_flight(&route.primary, 1);
-        self.in_flight = Some(route.primary);
+        self.worker.borrow_mut().begin(route.primary_key);
+        self.in_flight = Some(route.primary_key);
         if let Some(token) = route.session_token {
             self.response_headers.push((SESSION_TOKEN_HEADER, token));
         }
@@ -108,7 +130,7 @@ impl PickerHttp {
 
 /// The buffered request body, up to `size` bytes (one host call and one copy).
 fn request_body(size: usize) -> Vec<u8> {
-    hostcalls::get_buffer(BufferType::HttpRequestBody, 0, size)
+    counted(hostcalls::get_buffer(BufferType::HttpRequestBody, 0, size))
         .ok()
         .flatten()
         .unwrap_or_default()
@@ -121,9 +143,11 @@ fn reject(error: &InferenceError) -> Action {
     if let Some(reason) = error.dropped_reason() {
         headers.push((DROPPED_REASON_HEADER, reason));
     }
-    if let Err(status) =
-        hostcalls::send_http_response(error.status(), headers, Some(body.as_bytes()))
-    {
+    if let Err(status) = counted(hostcalls::send_http_response(
+        error.status(),
+        headers,
+        Some(body.as_bytes()),
+    )) {
         log::error!("wasm-epp: cannot send local reply: {status:?}");
     }
     Action::Pause
@@ -133,18 +157,36 @@ impl Context for PickerHttp {}
 
 impl HttpContext for PickerHttp {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
-        self.controls = Controls::read(request_header);
-        // Control headers never reach a model server; a client's destination never survives
-        // (Envoy's config strips it before the filter too).
-        for name in CONTROL_HEADERS {
-            let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, None);
-        }
-        if end_of_stream {
-            return self.decide(None);
-        }
-        // Hold the headers until the whole body is buffered (needs
-        // allow_on_headers_stop_iteration in the plugin config).
-        Action::Pause
+        self.counting(|this| {
+            let headers =
+                counted(hostcalls::get_map(MapType::HttpRequestHeaders)).unwrap_or_default();
+            this.controls = Controls::read(|name| {
+                headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.clone())
+            });
+            // Control headers never reach a model server; a client's destination never
+            // survives (Envoy's config strips it before the filter too). The destination is
+            // removed whether present or not: changing the headers also makes Envoy pick the
+            // route again, which a fail-open request without a pick relies on.
+            for name in CONTROL_HEADERS {
+                let present = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+                if present || name == DESTINATION_HEADER {
+                    let _ = counted(hostcalls::set_map_value(
+                        MapType::HttpRequestHeaders,
+                        name,
+                        None,
+                    ));
+                }
+            }
+            if end_of_stream {
+                return this.decide(None);
+            }
+            // Hold the headers until the whole body is buffered (needs
+            // allow_on_headers_stop_iteration in the plugin config).
+            Action::Pause
+        })
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -153,8 +195,10 @@ impl HttpContext for PickerHttp {
             // Buffer until the end of the body, or until the trailers end the request.
             return Action::Pause;
         }
-        let body = request_body(body_size);
-        self.decide(Some(&body))
+        self.counting(|this| {
+            let body = request_body(body_size);
+            this.decide(Some(&body))
+        })
     }
 
     /// A request that ends with trailers (HTTP/2, or chunked HTTP/1.1) never has a body
@@ -164,49 +208,68 @@ impl HttpContext for PickerHttp {
         if self.decided {
             return Action::Continue;
         }
-        if !self.body_seen {
-            return self.decide(None);
-        }
-        // The body buffered so far is the whole body; the host clamps the length to it.
-        let body = request_body(usize::MAX);
-        self.decide(Some(&body))
+        self.counting(|this| {
+            if !this.body_seen {
+                return this.decide(None);
+            }
+            // The body buffered so far is the whole body; the host clamps the length to it.
+            let body = request_body(usize::MAX);
+            this.decide(Some(&body))
+        })
     }
 
     fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
-        let headers = MapType::HttpResponseHeaders;
-        for (name, value) in &self.response_headers {
-            let _ = hostcalls::set_map_value(headers, name, Some(value));
-        }
-        if self
-            .response_rewriter
-            .as_ref()
-            .is_some_and(|r| !r.is_noop())
-        {
-            // The rewritten body may differ in length.
-            let _ = hostcalls::set_map_value(headers, "content-length", None);
-        }
-        Action::Continue
+        self.counting(|this| {
+            let headers = MapType::HttpResponseHeaders;
+            for (name, value) in &this.response_headers {
+                let _ = counted(hostcalls::set_map_value(headers, name, Some(value)));
+            }
+            if this
+                .response_rewriter
+                .as_ref()
+                .is_some_and(|r| !r.is_noop())
+            {
+                // The rewritten body may differ in length.
+                let _ = counted(hostcalls::set_map_value(headers, "content-length", None));
+            }
+            Action::Continue
+        })
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        let Some(rewriter) = self.response_rewriter.as_mut().filter(|r| !r.is_noop()) else {
+        if self.response_rewriter.as_ref().is_none_or(|r| r.is_noop()) {
             return Action::Continue;
-        };
-        let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
+        }
+        self.counting(|this| {
+            let chunk = counted(hostcalls::get_buffer(
+                BufferType::HttpResponseBody,
+                0,
+                body_size,
+            ))
             .ok()
             .flatten()
             .unwrap_or_default();
-        let out = rewriter.push(&chunk, end_of_stream);
-        if let Err(status) = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &out)
-        {
-            log::warn!("wasm-epp: cannot rewrite the response body: {status:?}");
-        }
-        Action::Continue
+            let Some(rewriter) = this.response_rewriter.as_mut() else {
+                return Action::Continue;
+            };
+            let out = rewriter.push(&chunk, end_of_stream);
+            if let Err(status) = counted(hostcalls::set_buffer(
+                BufferType::HttpResponseBody,
+                0,
+                body_size,
+                &out,
+            )) {
+                log::warn!("wasm-epp: cannot rewrite the response body: {status:?}");
+            }
+            Action::Continue
+        })
     }
 
     fn on_log(&mut self) {
-        if let Some(endpoint) = self.in_flight.take() {
-            shared::add_in_flight(&endpoint, -1);
+        let mut worker = self.worker.borrow_mut();
+        if let Some(key) = self.in_flight.take() {
+            worker.end(key);
         }
+        worker.finished(self.host_calls);
     }
 }

@@ -8,7 +8,7 @@
 //! outstanding is published (newer versions only, so harmlessly) and not followed up.
 
 use super::poller::Poller;
-use super::shared::{now_unix_ms, SharedLeaseStore};
+use super::shared::{now_unix_ms, SharedHost};
 use crate::lease::{self, Contender};
 use crate::plugin_config::PollerConfig;
 
@@ -30,11 +30,16 @@ impl LeasedPoller {
         }
     }
 
-    /// Starts the ticker and enters the election at once, so a lease created now can be
-    /// confirmed, and the first poll sent, on the first tick.
+    /// Enters the election at once, so a lease created now can be confirmed, and the first
+    /// poll sent, on the first tick. The filter root's ticker calls [`on_tick`](Self::on_tick)
+    /// every [`retry_ms`](PollerConfig::retry_ms).
     pub fn start(&mut self) {
-        self.poller.start();
         self.contend();
+    }
+
+    /// The poller's settings.
+    pub fn config(&self) -> &PollerConfig {
+        self.poller.config()
     }
 
     /// Renews or competes for the lease, then polls if it is held.
@@ -59,7 +64,7 @@ impl LeasedPoller {
     /// One election round; logs when this worker starts or stops being the poller.
     fn contend(&mut self) -> bool {
         let held = self.contender.holds();
-        let holds = self.contender.tick(&SharedLeaseStore, now_unix_ms());
+        let holds = self.contender.tick(&SharedHost, now_unix_ms());
         if holds != held {
             let id = self.contender.id().map_or("?", |id| id.as_str());
             let cluster = &self.poller.config().controller_cluster;

@@ -1,6 +1,7 @@
 //! The Proxy-Wasm shell: creates the poller or the filter root context from the plugin
 //! configuration. Everything worth testing lives in the plain library modules.
 
+mod calls;
 mod filter;
 mod http;
 mod leased_poller;
@@ -66,11 +67,7 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         match self {
             Root::Poller(p) => p.on_tick(),
-            Root::Filter(f) => {
-                if let Some(p) = f.poller() {
-                    p.on_tick();
-                }
-            }
+            Root::Filter(f) => f.on_tick(),
             Root::Unconfigured => {}
         }
     }

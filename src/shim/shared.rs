@@ -1,30 +1,25 @@
 //! Proxy-wasm shared data, which every worker of the Envoy process sees (namespaced by
-//! `vm_id`): the published snapshot with a small version key, per-endpoint in-flight
-//! counters, the prefix index and the poller lease. Only the `Result`-returning hostcalls are
-//! used, so a host error never traps.
+//! `vm_id`): the published snapshot with a small identity key, and the keys of the poller
+//! lease and the workers' exchange, through [`SharedHost`]. Only the `Result`-returning
+//! hostcalls are used, so a host error never traps. Each call takes the host's process-wide
+//! shared-data mutex and copies the value (twice: under the lock, then into Wasm memory), so
+//! none is made per prompt block or per endpoint.
 
 use std::time::UNIX_EPOCH;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 
-use crate::lease::LeaseStore;
-use crate::scheduler::prefix::BlockStore;
+use crate::shared_data::SharedStore;
 use crate::snapshot::SnapshotId;
 
-/// Key holding the snapshot's identity (`<version>@<instance>`), read on every request.
+/// Key holding the snapshot's identity (`<version>@<instance>`).
 const VERSION_KEY: &str = "wasm-epp.snapshot.version";
-/// Key holding the snapshot JSON, read only when the version changes.
+/// Key holding the snapshot JSON, read only when the identity changes.
 const SNAPSHOT_KEY: &str = "wasm-epp.snapshot";
-/// Prefix of the prefix-index bucket keys (`…<bucket>`).
-const PREFIX_BUCKET_PREFIX: &str = "wasm-epp.prefix.";
-/// Prefix of the in-flight counter keys (`…<ip:port>`).
-const IN_FLIGHT_PREFIX: &str = "wasm-epp.inflight.";
-/// Attempts at a compare-and-swap update before giving up.
-const CAS_ATTEMPTS: usize = 16;
 
-/// The published snapshot's identity in its text form, if any. One host call: the host's
-/// shared-data mutex and a copy of a few dozen bytes, on every request.
+/// The published snapshot's identity in its text form, if any (one host call, a few dozen
+/// bytes).
 pub fn snapshot_id_text() -> Option<Vec<u8>> {
     hostcalls::get_shared_data(VERSION_KEY).ok()?.0
 }
@@ -47,36 +42,6 @@ pub fn publish_snapshot(id: &SnapshotId, json: &[u8]) -> Result<(), Status> {
     hostcalls::set_shared_data(VERSION_KEY, Some(id.to_text().as_bytes()), None)
 }
 
-/// This proxy's in-flight requests to `endpoint` (`ip:port`).
-pub fn in_flight(endpoint: &str) -> u64 {
-    read_u64(&format!("{IN_FLIGHT_PREFIX}{endpoint}"))
-        .0
-        .unwrap_or(0)
-}
-
-/// Adds `delta` to the in-flight counter of `endpoint`, never below zero.
-pub fn add_in_flight(endpoint: &str, delta: i64) {
-    let key = format!("{IN_FLIGHT_PREFIX}{endpoint}");
-    for _ in 0..CAS_ATTEMPTS {
-        let (value, cas) = read_u64(&key);
-        let next = value.unwrap_or(0).saturating_add_signed(delta);
-        match hostcalls::set_shared_data(&key, Some(next.to_string().as_bytes()), cas) {
-            Err(Status::CasMismatch) => continue,
-            Ok(()) | Err(_) => return,
-        }
-    }
-}
-
-fn read_u64(key: &str) -> (Option<u64>, Option<u32>) {
-    match hostcalls::get_shared_data(key) {
-        Ok((bytes, cas)) => {
-            let value = bytes.and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok());
-            (value, cas)
-        }
-        Err(_) => (None, None),
-    }
-}
-
 /// Wall-clock time from the host, nanoseconds since the Unix epoch (0 if unavailable).
 pub fn now_ns() -> u64 {
     hostcalls::get_current_time()
@@ -90,42 +55,10 @@ pub fn now_unix_ms() -> u64 {
     now_ns() / 1_000_000
 }
 
-/// The prefix index's buckets in shared data, one key per bucket, updated with CAS.
-pub struct SharedPrefixStore {
-    buckets: u32,
-}
+/// Shared data through the host calls, for the plain modules (lease, exchange).
+pub struct SharedHost;
 
-impl SharedPrefixStore {
-    /// A store of `buckets` buckets.
-    pub fn new(buckets: u32) -> SharedPrefixStore {
-        SharedPrefixStore {
-            buckets: buckets.max(1),
-        }
-    }
-}
-
-impl BlockStore for SharedPrefixStore {
-    fn buckets(&self) -> u32 {
-        self.buckets
-    }
-
-    fn read(&self, bucket: u32) -> (Vec<u8>, Option<u32>) {
-        match hostcalls::get_shared_data(&format!("{PREFIX_BUCKET_PREFIX}{bucket}")) {
-            Ok((bytes, cas)) => (bytes.unwrap_or_default(), cas),
-            Err(_) => (Vec::new(), None),
-        }
-    }
-
-    fn write(&self, bucket: u32, bytes: &[u8], token: Option<u32>) -> bool {
-        let key = format!("{PREFIX_BUCKET_PREFIX}{bucket}");
-        hostcalls::set_shared_data(&key, Some(bytes), token).is_ok()
-    }
-}
-
-/// The poller lease's keys in shared data.
-pub struct SharedLeaseStore;
-
-impl LeaseStore for SharedLeaseStore {
+impl SharedStore for SharedHost {
     fn get(&self, key: &str) -> Option<(Option<Vec<u8>>, Option<u32>)> {
         hostcalls::get_shared_data(key).ok()
     }

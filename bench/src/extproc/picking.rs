@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use wasm_epp::picker::{Incoming, Outcome, Picker};
 use wasm_epp::plugin_config::FilterConfig;
-use wasm_epp::scheduler::prefix::MemoryStore;
+use wasm_epp::scheduler::prefix::PrefixIndex;
 use wasm_epp::snapshot::{Snapshot, SnapshotId};
 
 use super::timing::Durations;
@@ -18,7 +18,7 @@ use super::timing::Durations;
 #[derive(Debug)]
 struct Scheduling {
     picker: Picker,
-    prefix_store: MemoryStore,
+    prefix_index: PrefixIndex,
 }
 
 /// State shared by all streams of one server.
@@ -52,7 +52,7 @@ impl PickState {
         PickState {
             scheduling: Mutex::new(Scheduling {
                 picker: Picker::new(seed),
-                prefix_store: MemoryStore::new(config.prefix_index_buckets),
+                prefix_index: PrefixIndex::new(config.prefix_index_buckets),
             }),
             config,
             snapshot: RwLock::new(None),
@@ -106,14 +106,14 @@ impl PickState {
             let mut scheduling = lock(&self.scheduling);
             let Scheduling {
                 picker,
-                prefix_store,
+                prefix_index,
             } = &mut *scheduling;
             picker.decide(
                 snapshot.as_deref(),
                 &self.config,
                 &incoming,
                 |e| self.in_flight_of(&e.host_port()),
-                prefix_store,
+                prefix_index,
             )
         };
         lock(&self.durations).record(started.elapsed());

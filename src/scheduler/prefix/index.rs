@@ -1,15 +1,17 @@
-//! The prefix index: which endpoint likely holds which prompt block, learnt from our own
-//! routing decisions and kept where every Envoy worker reads and updates it.
+//! The prefix index: which endpoint likely holds which prompt block, learnt from routing
+//! decisions.
 //!
-//! The index is a fixed number of buckets (a block hash picks its bucket), each a small
-//! binary record of at most [`ENTRIES_PER_BUCKET`] block hashes with up to
-//! [`HOLDERS_PER_ENTRY`] endpoints each, stamped with when they were last routed there. A full
-//! bucket evicts its least recently used block, so memory is bounded by the bucket count.
-//! Buckets live in a [`BlockStore`]: proxy-wasm shared data in Envoy (updated with
-//! compare-and-swap), [`MemoryStore`] natively.
-
-use std::cell::RefCell;
-use std::collections::HashMap;
+//! Each Envoy worker keeps its own index in its Wasm memory, so a decision reads and updates it
+//! with no host call. What a worker records itself also goes to its *outbox*, which the worker
+//! publishes to the other workers (see [`crate::exchange`]); what arrives from them is
+//! [`learn`](PrefixIndex::learn)t without going to the outbox again. So every worker learns from
+//! every worker's decisions, a tick later.
+//!
+//! The index is a fixed table of buckets (a block hash picks its bucket), each holding at most
+//! [`ENTRIES_PER_BUCKET`] block hashes with up to [`HOLDERS_PER_ENTRY`] endpoints each, stamped
+//! with when they were last routed there. A full bucket evicts its least recently used block
+//! and a full entry its least recently routed endpoint, so memory is fixed by the bucket count
+//! and nothing is allocated per block.
 
 use crate::snapshot::Endpoint;
 
@@ -17,219 +19,180 @@ use crate::snapshot::Endpoint;
 pub const ENTRIES_PER_BUCKET: usize = 8;
 /// Endpoints remembered per block hash.
 pub const HOLDERS_PER_ENTRY: usize = 4;
-/// Attempts at a conditional bucket write before the update is dropped.
-const WRITE_ATTEMPTS: usize = 8;
-/// A block already recorded for the endpoint this recently is not written again: hot shared
-/// prefixes cost one read per block instead of a read-modify-write.
+/// A block already recorded for the endpoint this recently is not recorded (nor published)
+/// again: a hot shared prefix costs one lookup per block.
 const REFRESH_AFTER_MS: u64 = 1_000;
+/// Most words the outbox holds between two publications; beyond it new records stay local.
+pub const OUTBOX_MAX_WORDS: usize = 1 << 16;
 
-/// Storage for index buckets.
-pub trait BlockStore {
-    /// Number of buckets (> 0).
-    fn buckets(&self) -> u32;
-    /// A bucket's bytes (empty when never written) and a token for a conditional write.
-    fn read(&self, bucket: u32) -> (Vec<u8>, Option<u32>);
-    /// Writes a bucket unless it changed since `token` was read; `false` on a conflict.
-    fn write(&self, bucket: u32, bytes: &[u8], token: Option<u32>) -> bool;
-}
-
-/// One remembered block.
-#[derive(Debug, Clone, PartialEq)]
+/// One remembered block: its hash and up to [`HOLDERS_PER_ENTRY`] (endpoint key, last routed
+/// ms) pairs. Hash 0 marks a free slot (a real hash of 0 is simply not remembered).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Entry {
     hash: u64,
-    /// (endpoint key, last routed, ms since the Unix epoch)
-    holders: Vec<(u64, u64)>,
+    holders: [(u64, u64); HOLDERS_PER_ENTRY],
+    len: u8,
 }
 
 impl Entry {
+    fn holders(&self) -> &[(u64, u64)] {
+        &self.holders[..usize::from(self.len)]
+    }
+
     fn last_used(&self) -> u64 {
-        self.holders.iter().map(|h| h.1).max().unwrap_or(0)
+        self.holders().iter().map(|h| h.1).max().unwrap_or(0)
     }
 }
 
-fn bucket_of(store: &dyn BlockStore, hash: u64) -> u32 {
-    (hash % u64::from(store.buckets().max(1))) as u32
+type Bucket = [Entry; ENTRIES_PER_BUCKET];
+
+/// A worker's prefix index; see the module docs.
+#[derive(Debug, Clone)]
+pub struct PrefixIndex {
+    buckets: Vec<Bucket>,
+    /// Records to publish, as groups `[endpoint key, ms, n, hash × n]`.
+    outbox: Vec<u64>,
 }
 
-/// For each endpoint, how many of the request's blocks it holds, walking `hashes` in order and
-/// stopping at the first block nobody holds (as upstream does). Counts per holder first (at
-/// most [`HOLDERS_PER_ENTRY`] per block), then one binary search per endpoint: no work per
-/// block and endpoint pair.
-pub fn matched_blocks(
-    store: &dyn BlockStore,
-    endpoints: &[&Endpoint],
-    hashes: &[u64],
-) -> Vec<usize> {
-    let mut per_holder: Vec<(u64, usize)> = Vec::new();
-    for &hash in hashes {
-        let (bytes, _) = store.read(bucket_of(store, hash));
-        let Some(entry) = decode(&bytes).into_iter().find(|e| e.hash == hash) else {
-            break;
-        };
-        for &(key, _) in &entry.holders {
-            match per_holder.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, count)) => *count += 1,
-                None => per_holder.push((key, 1)),
-            }
+impl PrefixIndex {
+    /// An empty index of `buckets` buckets (at least one), allocated once.
+    pub fn new(buckets: u32) -> PrefixIndex {
+        PrefixIndex {
+            buckets: vec![[Entry::default(); ENTRIES_PER_BUCKET]; buckets.max(1) as usize],
+            outbox: Vec::new(),
         }
     }
-    per_holder.sort_unstable();
-    endpoints
-        .iter()
-        .map(|e| {
-            per_holder
-                .binary_search_by_key(&e.index_key(), |&(k, _)| k)
-                .map_or(0, |i| per_holder[i].1)
-        })
-        .collect()
-}
 
-/// Records that `endpoint` was sent the blocks `hashes` at `now_unix_ms`.
-pub fn record(store: &dyn BlockStore, endpoint: &Endpoint, hashes: &[u64], now_unix_ms: u64) {
-    let key = endpoint.index_key();
-    for &hash in hashes {
-        let bucket = bucket_of(store, hash);
-        for _ in 0..WRITE_ATTEMPTS {
-            let (bytes, token) = store.read(bucket);
-            let mut entries = decode(&bytes);
-            if recently_recorded(&entries, hash, key, now_unix_ms) {
-                break;
-            }
-            upsert(&mut entries, hash, key, now_unix_ms);
-            if store.write(bucket, &encode(&entries), token) {
-                break;
-            }
-        }
+    fn bucket(&self, hash: u64) -> usize {
+        (hash % self.buckets.len() as u64) as usize
     }
-}
 
-fn recently_recorded(entries: &[Entry], hash: u64, key: u64, now: u64) -> bool {
-    entries
-        .iter()
-        .filter(|e| e.hash == hash)
-        .flat_map(|e| &e.holders)
-        .any(|&(k, tick)| k == key && now.saturating_sub(tick) < REFRESH_AFTER_MS)
-}
+    fn entry(&self, hash: u64) -> Option<&Entry> {
+        self.buckets[self.bucket(hash)]
+            .iter()
+            .find(|e| e.hash == hash && hash != 0)
+    }
 
-fn upsert(entries: &mut Vec<Entry>, hash: u64, key: u64, now: u64) {
-    let index = match entries.iter().position(|e| e.hash == hash) {
-        Some(i) => i,
-        None => {
-            if entries.len() >= ENTRIES_PER_BUCKET {
-                if let Some(oldest) = (0..entries.len()).min_by_key(|&i| entries[i].last_used()) {
-                    entries.swap_remove(oldest);
+    /// For each endpoint, how many of the request's blocks it holds, walking `hashes` in order
+    /// and stopping at the first block nobody holds (as upstream does). Counts per holder first
+    /// (at most [`HOLDERS_PER_ENTRY`] per block), then one binary search per endpoint: no work
+    /// per block and endpoint pair.
+    pub fn matched_blocks(&self, endpoints: &[&Endpoint], hashes: &[u64]) -> Vec<usize> {
+        let mut per_holder: Vec<(u64, usize)> = Vec::new();
+        for &hash in hashes {
+            let Some(entry) = self.entry(hash) else {
+                break;
+            };
+            for &(key, _) in entry.holders() {
+                match per_holder.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, count)) => *count += 1,
+                    None => per_holder.push((key, 1)),
                 }
             }
-            entries.push(Entry {
-                hash,
-                holders: Vec::new(),
-            });
-            entries.len() - 1
         }
-    };
-    let holders = &mut entries[index].holders;
-    if let Some(holder) = holders.iter_mut().find(|h| h.0 == key) {
-        holder.1 = now;
-        return;
+        per_holder.sort_unstable();
+        endpoints
+            .iter()
+            .map(|e| {
+                per_holder
+                    .binary_search_by_key(&e.index_key(), |&(k, _)| k)
+                    .map_or(0, |i| per_holder[i].1)
+            })
+            .collect()
     }
-    if holders.len() >= HOLDERS_PER_ENTRY {
-        if let Some(oldest) = (0..holders.len()).min_by_key(|&i| holders[i].1) {
-            holders.swap_remove(oldest);
-        }
-    }
-    holders.push((key, now));
-}
 
-/// Bucket layout: entry count (u8), then per entry: hash (u64), holder count (u8), then per
-/// holder: key (u64), last used (u64); little-endian.
-fn encode(entries: &[Entry]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + entries.len() * (9 + HOLDERS_PER_ENTRY * 16));
-    out.push(entries.len() as u8);
-    for entry in entries {
-        out.extend_from_slice(&entry.hash.to_le_bytes());
-        out.push(entry.holders.len() as u8);
-        for (key, tick) in &entry.holders {
-            out.extend_from_slice(&key.to_le_bytes());
-            out.extend_from_slice(&tick.to_le_bytes());
+    /// Records this worker's decision: `endpoint_key` was sent the blocks `hashes` at
+    /// `now_unix_ms`. Blocks not recorded for it within the refresh window also go to the
+    /// outbox.
+    pub fn record(&mut self, endpoint_key: u64, hashes: &[u64], now_unix_ms: u64) {
+        let start = self.outbox.len();
+        let room = OUTBOX_MAX_WORDS.saturating_sub(start + 3);
+        let mut published = 0;
+        for &hash in hashes {
+            if self.upsert(hash, endpoint_key, now_unix_ms) && published < room {
+                if published == 0 {
+                    self.outbox
+                        .extend_from_slice(&[endpoint_key, now_unix_ms, 0]);
+                }
+                self.outbox.push(hash);
+                published += 1;
+            }
+        }
+        if published > 0 {
+            self.outbox[start + 2] = published as u64;
         }
     }
-    out
-}
 
-/// Decodes a bucket; anything malformed (or from another layout) decodes as far as it is
-/// valid, so a bad bucket costs matches, never a trap.
-fn decode(bytes: &[u8]) -> Vec<Entry> {
-    let mut reader = Reader(bytes);
-    let count = reader.u8().unwrap_or(0) as usize;
-    let mut entries = Vec::with_capacity(count.min(ENTRIES_PER_BUCKET));
-    for _ in 0..count.min(ENTRIES_PER_BUCKET) {
-        let (Some(hash), Some(n)) = (reader.u64(), reader.u8()) else {
-            break;
-        };
-        let mut holders = Vec::with_capacity(HOLDERS_PER_ENTRY);
-        for _ in 0..(n as usize).min(HOLDERS_PER_ENTRY) {
-            let (Some(key), Some(tick)) = (reader.u64(), reader.u64()) else {
-                return entries;
+    /// Learns another worker's decision (not published again).
+    pub fn learn(&mut self, endpoint_key: u64, hashes: &[u64], at_unix_ms: u64) {
+        for &hash in hashes {
+            self.upsert(hash, endpoint_key, at_unix_ms);
+        }
+    }
+
+    /// Learns every record group of `words` (an outbox's form), ignoring a malformed tail.
+    pub fn learn_groups(&mut self, words: &[u64]) {
+        let mut rest = words;
+        while let [key, at, n, tail @ ..] = rest {
+            let Some(hashes) = usize::try_from(*n).ok().and_then(|n| tail.get(..n)) else {
+                return;
             };
-            holders.push((key, tick));
-        }
-        entries.push(Entry { hash, holders });
-    }
-    entries
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn u8(&mut self) -> Option<u8> {
-        let (&first, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(first)
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        let (head, rest) = self.0.split_at_checked(8)?;
-        self.0 = rest;
-        Some(u64::from_le_bytes(head.try_into().ok()?))
-    }
-}
-
-/// An in-process [`BlockStore`] (native use and tests).
-#[derive(Debug)]
-pub struct MemoryStore {
-    buckets: u32,
-    data: RefCell<HashMap<u32, (Vec<u8>, u32)>>,
-}
-
-impl MemoryStore {
-    /// A store with `buckets` buckets.
-    pub fn new(buckets: u32) -> MemoryStore {
-        MemoryStore {
-            buckets: buckets.max(1),
-            data: RefCell::new(HashMap::new()),
-        }
-    }
-}
-
-impl BlockStore for MemoryStore {
-    fn buckets(&self) -> u32 {
-        self.buckets
-    }
-
-    fn read(&self, bucket: u32) -> (Vec<u8>, Option<u32>) {
-        match self.data.borrow().get(&bucket) {
-            Some((bytes, version)) => (bytes.clone(), Some(*version)),
-            None => (Vec::new(), None),
+            self.learn(*key, hashes, *at);
+            rest = &tail[hashes.len()..];
         }
     }
 
-    fn write(&self, bucket: u32, bytes: &[u8], token: Option<u32>) -> bool {
-        let mut data = self.data.borrow_mut();
-        let current = data.get(&bucket).map(|(_, v)| *v);
-        if current != token {
+    /// Hands over the records to publish, leaving the outbox empty.
+    pub fn take_outbox(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Whether `key` is remembered as a holder of `hash`.
+    #[cfg(test)]
+    pub(crate) fn has_holder(&self, hash: u64, key: u64) -> bool {
+        self.entry(hash)
+            .is_some_and(|e| e.holders().iter().any(|h| h.0 == key))
+    }
+
+    /// Sets `key` as a holder of `hash` at `now`; false when it already was within the refresh
+    /// window (nothing changed worth publishing).
+    fn upsert(&mut self, hash: u64, key: u64, now: u64) -> bool {
+        if hash == 0 {
             return false;
         }
-        data.insert(bucket, (bytes.to_vec(), current.map_or(1, |v| v + 1)));
+        let index = self.bucket(hash);
+        let bucket = &mut self.buckets[index];
+        let slot = match bucket.iter().position(|e| e.hash == hash) {
+            Some(i) => i,
+            None => {
+                // A free slot, else the least recently used block.
+                let i = bucket
+                    .iter()
+                    .position(|e| e.hash == 0)
+                    .or_else(|| (0..ENTRIES_PER_BUCKET).min_by_key(|&i| bucket[i].last_used()))
+                    .unwrap_or(0);
+                bucket[i] = Entry {
+                    hash,
+                    ..Entry::default()
+                };
+                i
+            }
+        };
+        let entry = &mut bucket[slot];
+        let len = usize::from(entry.len);
+        if let Some(holder) = entry.holders[..len].iter_mut().find(|h| h.0 == key) {
+            if now.saturating_sub(holder.1) < REFRESH_AFTER_MS {
+                return false;
+            }
+            holder.1 = holder.1.max(now);
+            return true;
+        }
+        if len < HOLDERS_PER_ENTRY {
+            entry.holders[len] = (key, now);
+            entry.len += 1;
+        } else if let Some(oldest) = (0..len).min_by_key(|&i| entry.holders[i].1) {
+            entry.holders[oldest] = (key, now);
+        }
         true
     }
 }
@@ -245,105 +208,92 @@ mod tests {
     fn matches_blocks_and_stops_at_first_unknown() {
         let owned = [endpoint(1, 0, 0.0), endpoint(2, 0, 0.0)];
         let eps = [&owned[0], &owned[1]];
-        let store = MemoryStore::new(64);
-        record(&store, eps[0], &[1, 2, 3], 10);
-        record(&store, eps[1], &[1, 9, 3], 10);
+        let mut index = PrefixIndex::new(64);
+        index.record(eps[0].index_key(), &[1, 2, 3], 10);
+        index.record(eps[1].index_key(), &[1, 9, 3], 10);
         // Every block before the first unknown one counts for each endpoint holding it.
-        assert_eq!(matched_blocks(&store, &eps, &[1, 2, 3, 4]), vec![3, 2]);
+        assert_eq!(index.matched_blocks(&eps, &[1, 2, 3, 4]), vec![3, 2]);
         // Block 5 is held by nobody: the walk stops, block 3 does not count.
-        assert_eq!(matched_blocks(&store, &eps, &[1, 5, 3]), vec![1, 1]);
-        assert_eq!(matched_blocks(&store, &eps, &[7]), vec![0, 0]);
+        assert_eq!(index.matched_blocks(&eps, &[1, 5, 3]), vec![1, 1]);
+        assert_eq!(index.matched_blocks(&eps, &[7]), vec![0, 0]);
     }
 
     #[test]
     fn a_full_bucket_evicts_its_least_recently_used_block() {
         let owned = [endpoint(1, 0, 0.0)];
         let eps = [&owned[0]];
-        let store = MemoryStore::new(1); // every hash in one bucket
+        let key = eps[0].index_key();
+        let mut index = PrefixIndex::new(1); // every hash in one bucket
         let hashes: Vec<u64> = (100..100 + ENTRIES_PER_BUCKET as u64).collect();
         for (t, &h) in hashes.iter().enumerate() {
-            record(&store, eps[0], &[h], t as u64 * REFRESH_AFTER_MS);
+            index.record(key, &[h], t as u64 * REFRESH_AFTER_MS);
         }
-        record(&store, eps[0], &[hashes[0]], 50 * REFRESH_AFTER_MS); // refresh the oldest
-        record(&store, eps[0], &[999], 60 * REFRESH_AFTER_MS); // evicts hashes[1], now the least recent
-        assert_eq!(matched_blocks(&store, &eps, &[hashes[0]]), vec![1]);
-        assert_eq!(matched_blocks(&store, &eps, &[hashes[1]]), vec![0]);
-        assert_eq!(matched_blocks(&store, &eps, &[999]), vec![1]);
-        assert_eq!(decode(&store.read(0).0).len(), ENTRIES_PER_BUCKET);
+        index.record(key, &[hashes[0]], 50 * REFRESH_AFTER_MS); // refresh the oldest
+        index.record(key, &[999], 60 * REFRESH_AFTER_MS); // evicts hashes[1], now the least recent
+        assert_eq!(index.matched_blocks(&eps, &[hashes[0]]), vec![1]);
+        assert_eq!(index.matched_blocks(&eps, &[hashes[1]]), vec![0]);
+        assert_eq!(index.matched_blocks(&eps, &[999]), vec![1]);
+        let remembered = (98..1000).filter(|&h| index.entry(h).is_some()).count();
+        assert_eq!(remembered, ENTRIES_PER_BUCKET);
     }
 
     #[test]
-    fn a_fresh_record_is_not_written_again() {
-        let owned = [endpoint(1, 0, 0.0)];
-        let store = MemoryStore::new(4);
-        record(&store, &owned[0], &[7], 1_000);
-        let token = store.read(bucket_of(&store, 7)).1;
-        record(&store, &owned[0], &[7], 1_500);
+    fn a_fresh_record_is_not_published_again() {
+        let mut index = PrefixIndex::new(4);
+        index.record(1, &[7, 8], 1_000);
+        assert_eq!(index.take_outbox(), vec![1, 1_000, 2, 7, 8]);
+        index.record(1, &[7, 8, 9], 1_500);
         assert_eq!(
-            store.read(bucket_of(&store, 7)).1,
-            token,
-            "rewritten within the refresh window"
+            index.take_outbox(),
+            vec![1, 1_500, 1, 9],
+            "only the new block"
         );
-        record(&store, &owned[0], &[7], 2_000);
-        assert_ne!(
-            store.read(bucket_of(&store, 7)).1,
-            token,
-            "not refreshed after the window"
+        index.record(1, &[7], 2_000);
+        assert_eq!(
+            index.take_outbox(),
+            vec![1, 2_000, 1, 7],
+            "refreshed after the window"
         );
+        index.record(1, &[7], 2_100);
+        assert!(index.take_outbox().is_empty());
     }
 
     #[test]
     fn holders_per_block_are_bounded() {
         let owned: Vec<_> = (1..=6).map(|i| endpoint(i, 0, 0.0)).collect();
         let eps: Vec<_> = owned.iter().collect();
-        let store = MemoryStore::new(8);
+        let mut index = PrefixIndex::new(8);
         for (t, e) in eps.iter().enumerate() {
-            record(&store, e, &[42], t as u64);
+            index.record(e.index_key(), &[42], t as u64);
         }
         // The two least recently routed endpoints were forgotten.
-        assert_eq!(matched_blocks(&store, &eps, &[42]), vec![0, 0, 1, 1, 1, 1]);
+        assert_eq!(index.matched_blocks(&eps, &[42]), vec![0, 0, 1, 1, 1, 1]);
     }
 
     #[test]
-    fn conflicting_writers_retry_and_nothing_is_lost() {
-        struct Contended(MemoryStore, RefCell<u32>);
-        impl BlockStore for Contended {
-            fn buckets(&self) -> u32 {
-                self.0.buckets()
-            }
-            fn read(&self, bucket: u32) -> (Vec<u8>, Option<u32>) {
-                self.0.read(bucket)
-            }
-            fn write(&self, bucket: u32, bytes: &[u8], token: Option<u32>) -> bool {
-                // Another worker writes first, twice.
-                let mut left = self.1.borrow_mut();
-                if *left > 0 {
-                    *left -= 1;
-                    let (other, t) = self.0.read(bucket);
-                    self.0.write(bucket, &other, t);
-                    return false;
-                }
-                self.0.write(bucket, bytes, token)
-            }
-        }
-        let owned = [endpoint(1, 0, 0.0)];
-        let store = Contended(MemoryStore::new(4), RefCell::new(2));
-        record(&store, &owned[0], &[7], 1);
-        assert_eq!(matched_blocks(&store, &[&owned[0]], &[7]), vec![1]);
+    fn another_workers_records_are_learnt_but_not_published_again() {
+        let owned = [endpoint(1, 0, 0.0), endpoint(2, 0, 0.0)];
+        let eps = [&owned[0], &owned[1]];
+        let mut a = PrefixIndex::new(64);
+        let mut b = PrefixIndex::new(64);
+        a.record(eps[0].index_key(), &[1, 2], 10);
+        a.record(eps[1].index_key(), &[1], 10);
+        b.learn_groups(&a.take_outbox());
+        assert_eq!(b.matched_blocks(&eps, &[1, 2]), vec![2, 1]);
+        assert!(b.take_outbox().is_empty());
+        // A malformed tail is ignored, the groups before it kept.
+        b.learn_groups(&[eps[1].index_key(), 20, 1, 2, 99, 5, 9]);
+        assert_eq!(b.matched_blocks(&eps, &[1, 2]), vec![2, 2]);
     }
 
     #[test]
-    fn malformed_buckets_decode_safely() {
-        assert!(decode(&[]).is_empty());
-        assert!(decode(&[3, 1, 2]).is_empty());
-        let good = encode(&[Entry {
-            hash: 5,
-            holders: vec![(1, 2)],
-        }]);
-        assert_eq!(decode(&good).len(), 1);
-        assert_eq!(decode(&good[..good.len() - 1]).len(), 0);
-        let mut extra = good.clone();
-        extra[0] = 200; // claims more entries than present
-        assert_eq!(decode(&extra).len(), 1);
+    fn the_outbox_is_bounded() {
+        let mut index = PrefixIndex::new(1 << 12);
+        let hashes: Vec<u64> = (1..=OUTBOX_MAX_WORDS as u64).collect();
+        index.record(1, &hashes, 0);
+        index.record(2, &hashes, 0);
+        let outbox = index.take_outbox();
+        assert!(outbox.len() <= OUTBOX_MAX_WORDS, "{}", outbox.len());
+        assert_eq!(outbox[..3], [1, 0, (OUTBOX_MAX_WORDS - 3) as u64]);
     }
 }

@@ -7,7 +7,7 @@ mod hashing;
 pub mod index;
 
 pub use hashing::block_hashes;
-pub use index::{BlockStore, MemoryStore};
+pub use index::PrefixIndex;
 
 use super::profile::PrefixCacheParams;
 use super::Request;
@@ -32,7 +32,7 @@ pub fn produce(
     params: &PrefixCacheParams,
     endpoints: &[&Endpoint],
     request: &Request<'_>,
-    index: &dyn BlockStore,
+    index: &PrefixIndex,
 ) -> PrefixMatch {
     let first = endpoints.first().map(|e| &e.metrics);
     let tuned_block = first
@@ -50,7 +50,7 @@ pub fn produce(
         block_size_tokens,
         max_blocks,
     );
-    let matched_blocks = index::matched_blocks(index, endpoints, &hashes);
+    let matched_blocks = index.matched_blocks(endpoints, &hashes);
     PrefixMatch {
         hashes,
         matched_blocks,
@@ -73,7 +73,7 @@ mod tests {
             prompt: &[7; 1024],
             ..Request::default()
         };
-        let index = MemoryStore::new(16);
+        let index = PrefixIndex::new(16);
         let p = produce(
             &PrefixCacheParams::default(),
             &[&owned[0]],
@@ -110,7 +110,7 @@ mod tests {
             &params,
             &[&endpoint(1, 0, 0.0)],
             &request,
-            &MemoryStore::new(16),
+            &PrefixIndex::new(16),
         );
         assert_eq!(p.hashes.len(), 2);
     }
