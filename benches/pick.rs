@@ -1,6 +1,8 @@
 //! One pick with the default profile (queue 2, kv-cache 2, prefix 3; max-score picker) over
-//! 8, 100 and 1,000 endpoints, natively, with an in-memory prefix index. Bounded: a fixed
-//! number of picks per size. Run with `make bench-pick` (`cargo bench --bench pick`).
+//! 8, 100 and 1,000 endpoints, natively, with an in-memory prefix index; then one decision
+//! over 3 endpoints with unique 1 KB, 100 KB and 1 MB prompts (body parsing and prompt hashing
+//! dominate). Bounded: a fixed number of decisions per size. Run with `make bench-pick`
+//! (`cargo bench --bench pick`).
 
 use std::time::Instant;
 
@@ -41,6 +43,43 @@ fn snapshot(n: usize) -> Snapshot {
     }
 }
 
+/// p50, p90 and p99 of `samples` (µs), sorted in place.
+fn quantiles(samples: &mut [f64]) -> (f64, f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+    (at(0.5), at(0.9), at(0.99))
+}
+
+/// Decisions over 3 endpoints with unique prompts of each size.
+fn decisions_by_prompt_size() {
+    for (label, bytes, count) in [
+        ("1kb", 1 << 10, 2_000),
+        ("100kb", 100 << 10, 200),
+        ("1mb", 1 << 20, 40),
+    ] {
+        let snapshot = snapshot(3);
+        let config = FilterConfig::default();
+        let mut store = PrefixIndex::new(config.prefix_index_buckets);
+        let mut picker = Picker::new(1);
+        let mut samples = Vec::with_capacity(count);
+        for i in 0..count {
+            let prompt = format!("{i:08} {}", "lorem ipsum ".repeat(bytes / 12));
+            let body = serde_json::json!({"model": "m", "prompt": prompt}).to_string();
+            let incoming = Incoming {
+                path: "/v1/completions",
+                body: Some(body.as_bytes()),
+                ..Incoming::default()
+            };
+            let start = Instant::now();
+            let outcome = picker.decide(Some(&snapshot), &config, &incoming, |_| 0, &mut store);
+            samples.push(start.elapsed().as_nanos() as f64 / 1000.0);
+            assert!(matches!(outcome, Outcome::Route(_)), "{outcome:?}");
+        }
+        let (p50, p90, p99) = quantiles(&mut samples);
+        println!("DECIDE prompt={label:<6} p50_us={p50:.1} p90_us={p90:.1} p99_us={p99:.1}");
+    }
+}
+
 fn main() {
     // 1 KB chat-like prompts in 16 groups sharing a 768-byte prefix.
     let bodies: Vec<String> = (0..PICKS)
@@ -71,13 +110,8 @@ fn main() {
             samples.push(start.elapsed().as_nanos() as f64 / 1000.0);
             assert!(matches!(outcome, Outcome::Route(_)), "{outcome:?}");
         }
-        samples.sort_by(f64::total_cmp);
-        let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
-        println!(
-            "PICK endpoints={n:<5} p50_us={:.1} p90_us={:.1} p99_us={:.1}",
-            at(0.5),
-            at(0.9),
-            at(0.99)
-        );
+        let (p50, p90, p99) = quantiles(&mut samples);
+        println!("PICK endpoints={n:<5} p50_us={p50:.1} p90_us={p90:.1} p99_us={p99:.1}");
     }
+    decisions_by_prompt_size();
 }

@@ -210,7 +210,7 @@ impl Picker {
         let api = Api::from_path(incoming.path);
         let parsed = request::parse(api, body)?;
         let mut route = Route::default();
-        let mut target = parsed.model.clone();
+        let mut target = parsed.model.to_string();
         if api.rewrites_model() {
             let random = self.rng.next_u64();
             target = rewrite::target_model(
@@ -222,7 +222,7 @@ impl Picker {
             .0;
             if target != parsed.model {
                 route.body = Some(rewrite::rewrite_request_model(body, &target)?);
-                route.model_rewrite = Some((target.clone(), parsed.model.clone()));
+                route.model_rewrite = Some((target.clone(), parsed.model.to_string()));
             }
         }
         let priority = admission::objective_priority(&snapshot.objectives, incoming.objective);

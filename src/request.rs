@@ -1,7 +1,12 @@
 //! Understanding an inference request body: which API it is, the model, whether it streams,
 //! and the prompt bytes the prefix-cache producer hashes.
 
-use serde_json::Value;
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use crate::errors::InferenceError;
 
@@ -50,36 +55,49 @@ impl Api {
     }
 }
 
-/// What the scheduler needs to know about one request.
+/// What the scheduler needs to know about one request, borrowed from the body wherever the
+/// JSON has no escapes: a long prompt string is neither allocated nor copied.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct InferenceRequest {
+pub struct InferenceRequest<'a> {
     /// The body's `model` (empty for passthrough).
-    pub model: String,
+    pub model: Cow<'a, str>,
     /// The body's `stream` flag.
     pub stream: bool,
     /// Bytes the prefix-cache producer hashes (prompt text, or roles and message texts).
-    pub prompt: Vec<u8>,
+    pub prompt: Cow<'a, [u8]>,
     /// The body's `cache_salt`, mixed into the prefix hashes.
-    pub cache_salt: String,
+    pub cache_salt: Cow<'a, str>,
 }
 
-/// Parses a complete request body for the given API.
-pub fn parse(api: Api, body: &[u8]) -> Result<InferenceRequest, InferenceError> {
+/// Top-level fields any API reads; the rest of the body is skipped (still validated).
+const FIELDS: [&str; 9] = [
+    "model",
+    "stream",
+    "cache_salt",
+    "prompt",
+    "messages",
+    "input",
+    "instructions",
+    "tools",
+    "system",
+];
+
+/// Parses a complete request body for the given API: one pass over the body that keeps only
+/// the raw extent of the fields above (no tree of values), then reads those.
+pub fn parse(api: Api, body: &[u8]) -> Result<InferenceRequest<'_>, InferenceError> {
     if api == Api::Passthrough {
         return Ok(InferenceRequest::default());
     }
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| InferenceError::BadRequest(format!("error unmarshaling request body: {e}")))?;
-    let Value::Object(map) = value else {
-        return Err(InferenceError::BadRequest(
-            "error unmarshaling request body: not a JSON object".to_string(),
-        ));
-    };
-    let model = map
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let [model, stream, cache_salt, prompt, messages, input, instructions, tools, system] =
+        fields(body, &FIELDS).map_err(|e| {
+            let why = if e.is_data() {
+                "not a JSON object".to_string()
+            } else {
+                e.to_string()
+            };
+            InferenceError::BadRequest(format!("error unmarshaling request body: {why}"))
+        })?;
+    let model = model.and_then(text).unwrap_or_default();
     if model.is_empty() {
         return Err(InferenceError::BadRequest(
             "model not found in request body".to_string(),
@@ -87,117 +105,196 @@ pub fn parse(api: Api, body: &[u8]) -> Result<InferenceRequest, InferenceError> 
     }
     let (prompt, invalid) = match api {
         Api::ChatCompletions => (
-            chat_prompt(map.get("messages")),
+            messages.and_then(|m| {
+                let mut out = Vec::new();
+                push_messages(&mut out, m)?;
+                Some(Cow::Owned(out))
+            }),
             "invalid chat completions request: must have valid messages field",
         ),
         Api::Completions => (
-            completion_prompt(map.get("prompt")),
+            prompt.and_then(completion_prompt),
             "invalid completions request: must have prompt field",
         ),
         Api::Embeddings => (
-            non_empty(map.get("input")).map(json_bytes),
+            input
+                .filter(|raw| non_empty(raw))
+                .map(|raw| Cow::Borrowed(raw.get().as_bytes())),
             "invalid embeddings request: must have input field",
         ),
         Api::Responses => (
-            map.get("input").map(|_| {
-                ["instructions", "tools", "input"]
-                    .iter()
-                    .filter_map(|k| map.get(*k))
-                    .flat_map(json_bytes)
-                    .collect()
+            input.map(|_| {
+                let parts = [instructions, tools, input];
+                Cow::Owned(
+                    parts
+                        .iter()
+                        .flatten()
+                        .flat_map(|r| r.get().bytes())
+                        .collect(),
+                )
             }),
             "invalid responses request: must have input field",
         ),
         Api::Messages => (
-            anthropic_prompt(&map),
+            messages.and_then(|m| {
+                let mut out = tools.map_or_else(Vec::new, |t| t.get().as_bytes().to_vec());
+                if let Some(system) = system {
+                    push_text(&mut out, system);
+                }
+                push_messages(&mut out, m)?;
+                Some(Cow::Owned(out))
+            }),
             "invalid messages request: must have valid messages field",
         ),
-        Api::Passthrough => (Some(Vec::new()), ""),
+        Api::Passthrough => (Some(Cow::Borrowed(&[][..])), ""),
     };
     let prompt = prompt.ok_or_else(|| InferenceError::BadRequest(invalid.to_string()))?;
     Ok(InferenceRequest {
         model,
-        stream: map.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        stream: stream.is_some_and(|raw| raw.get() == "true"),
         prompt,
-        cache_salt: map
-            .get("cache_salt")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
+        cache_salt: cache_salt.and_then(text).unwrap_or_default(),
     })
 }
 
+/// The raw values of the object `json`'s members named in `names` (the last one wins for a
+/// repeated name); every other member is skipped. An error when `json` is not exactly one
+/// JSON object.
+fn fields<'a, const N: usize>(
+    json: &'a [u8],
+    names: &'static [&'static str; N],
+) -> Result<[Option<&'a RawValue>; N], serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_slice(json);
+    let found = Fields(names).deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(found)
+}
+
+/// Deserializes an object into the raw values of the named members.
+struct Fields<const N: usize>(&'static [&'static str; N]);
+
+impl<'de, const N: usize> DeserializeSeed<'de> for Fields<N> {
+    type Value = [Option<&'de RawValue>; N];
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, const N: usize> Visitor<'de> for Fields<N> {
+    type Value = [Option<&'de RawValue>; N];
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = [None; N];
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match self.0.iter().position(|name| *name == key.0) {
+                Some(i) => found[i] = Some(map.next_value::<&'de RawValue>()?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A member name, borrowed unless it has escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// A JSON string's text, borrowed unless it has escapes; `None` for any other value. The raw
+/// value was validated when it was captured, so without a backslash its text is exactly what
+/// lies between the quotes: one fast search instead of a second parse.
+fn text(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let json = raw.get();
+    let inner = json.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(json).ok().map(Cow::Owned)
+}
+
+/// The elements of a JSON array; `None` for any other value.
+fn elements(raw: &RawValue) -> Option<Vec<&RawValue>> {
+    serde_json::from_str(raw.get()).ok()
+}
+
 /// Role and text of every message, in order; `None` when there are no valid messages.
-fn chat_prompt(messages: Option<&Value>) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    push_messages(&mut out, messages)?;
-    Some(out)
-}
-
-/// Anthropic messages: the tools, the system text, then every message's role and text.
-fn anthropic_prompt(map: &serde_json::Map<String, Value>) -> Option<Vec<u8>> {
-    let mut out = map.get("tools").map(json_bytes).unwrap_or_default();
-    push_text(&mut out, map.get("system"));
-    push_messages(&mut out, map.get("messages"))?;
-    Some(out)
-}
-
-fn push_messages(out: &mut Vec<u8>, messages: Option<&Value>) -> Option<()> {
-    let messages = messages?.as_array().filter(|m| !m.is_empty())?;
+fn push_messages(out: &mut Vec<u8>, messages: &RawValue) -> Option<()> {
+    const MESSAGE: [&str; 2] = ["role", "content"];
+    let messages = elements(messages).filter(|m| !m.is_empty())?;
     for message in messages {
-        let message = message.as_object()?;
-        out.extend_from_slice(message.get("role")?.as_str()?.as_bytes());
-        push_text(out, message.get("content"));
+        let [role, content] = fields(message.get().as_bytes(), &MESSAGE).ok()?;
+        out.extend_from_slice(text(role?)?.as_bytes());
+        if let Some(content) = content {
+            push_text(out, content);
+        }
     }
     Some(())
 }
 
 /// A string, or the `text` of each block of an array.
-fn push_text(out: &mut Vec<u8>, content: Option<&Value>) {
-    match content {
-        Some(Value::String(text)) => out.extend_from_slice(text.as_bytes()),
-        Some(Value::Array(blocks)) => {
-            for text in blocks.iter().filter_map(|b| b.get("text")?.as_str()) {
-                out.extend_from_slice(text.as_bytes());
+fn push_text(out: &mut Vec<u8>, content: &RawValue) {
+    const BLOCK: [&str; 1] = ["text"];
+    if let Some(content) = text(content) {
+        out.extend_from_slice(content.as_bytes());
+        return;
+    }
+    for block in elements(content).unwrap_or_default() {
+        if let Ok([Some(block_text)]) = fields(block.get().as_bytes(), &BLOCK) {
+            if let Some(block_text) = text(block_text) {
+                out.extend_from_slice(block_text.as_bytes());
             }
         }
-        _ => {}
     }
 }
 
-fn non_empty(value: Option<&Value>) -> Option<&Value> {
-    value.filter(|v| match v {
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Null => false,
-        _ => true,
-    })
+/// Whether an embeddings `input` has something in it (not `""`, `[]` or `null`).
+fn non_empty(raw: &RawValue) -> bool {
+    !matches!(raw.get().trim(), "\"\"" | "null") && elements(raw).is_none_or(|a| !a.is_empty())
 }
 
-fn json_bytes(value: &Value) -> Vec<u8> {
-    serde_json::to_vec(value).unwrap_or_default()
-}
-
-/// The prompt string(s) or token IDs as bytes; `None` when the prompt is missing or empty.
-fn completion_prompt(prompt: Option<&Value>) -> Option<Vec<u8>> {
+/// The prompt string (borrowed from the body when it has no escapes), or the strings and token
+/// IDs of a prompt array as bytes; `None` when the prompt is missing or empty.
+fn completion_prompt(raw: &RawValue) -> Option<Cow<'_, [u8]>> {
+    if let Some(prompt) = text(raw) {
+        return (!prompt.is_empty()).then(|| match prompt {
+            Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
+            Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+        });
+    }
     let mut out = Vec::new();
-    match prompt? {
-        Value::String(text) => out.extend_from_slice(text.as_bytes()),
-        Value::Array(items) => {
-            for item in items {
-                match item {
-                    Value::String(text) => out.extend_from_slice(text.as_bytes()),
-                    Value::Number(n) => {
-                        let id = u32::try_from(n.as_u64()?).ok()?;
-                        out.extend_from_slice(&id.to_le_bytes());
-                    }
-                    _ => return None,
-                }
-            }
+    for item in elements(raw)? {
+        if let Some(piece) = text(item) {
+            out.extend_from_slice(piece.as_bytes());
+        } else {
+            let id: u32 = serde_json::from_str(item.get()).ok()?;
+            out.extend_from_slice(&id.to_le_bytes());
         }
-        _ => return None,
     }
-    (!out.is_empty()).then_some(out)
+    (!out.is_empty()).then_some(Cow::Owned(out))
 }
 
 #[cfg(test)]
@@ -243,12 +340,12 @@ mod tests {
         .unwrap();
         assert_eq!(r.model, "m");
         assert!(r.stream);
-        assert_eq!(r.prompt, b"hello");
+        assert_eq!(r.prompt.as_ref(), b"hello");
         assert_eq!(r.cache_salt, "s");
         let r = parse(Api::Completions, br#"{"model":"m","prompt":["a","b"]}"#).unwrap();
-        assert_eq!(r.prompt, b"ab");
+        assert_eq!(r.prompt.as_ref(), b"ab");
         let r = parse(Api::Completions, br#"{"model":"m","prompt":[1,2]}"#).unwrap();
-        assert_eq!(r.prompt, [1, 0, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(r.prompt.as_ref(), [1, 0, 0, 0, 2, 0, 0, 0]);
     }
 
     #[test]
@@ -256,7 +353,7 @@ mod tests {
         let body = br#"{"model":"m","messages":[{"role":"system","content":"S"},
             {"role":"user","content":[{"type":"text","text":"A"},{"type":"image_url","image_url":{}}]}]}"#;
         let r = parse(Api::ChatCompletions, body).unwrap();
-        assert_eq!(r.prompt, b"systemSuserA");
+        assert_eq!(r.prompt.as_ref(), b"systemSuserA");
         assert!(!r.stream);
     }
 
@@ -291,7 +388,7 @@ mod tests {
     fn embeddings_responses_and_anthropic_messages() {
         let r = parse(Api::Embeddings, br#"{"model":"e","input":["a","b"]}"#).unwrap();
         assert_eq!(
-            (r.model.as_str(), r.prompt.as_slice()),
+            (r.model.as_ref(), r.prompt.as_ref()),
             ("e", br#"["a","b"]"#.as_slice())
         );
         assert_eq!(
@@ -303,16 +400,59 @@ mod tests {
             br#"{"model":"r","instructions":"be brief","input":"hi"}"#,
         )
         .unwrap();
-        assert_eq!(r.prompt, br#""be brief""hi""#);
+        assert_eq!(r.prompt.as_ref(), br#""be brief""hi""#);
         assert_eq!(
             bad_request(parse(Api::Responses, br#"{"model":"r"}"#)),
             "invalid responses request: must have input field"
         );
         let body = br#"{"model":"claude","system":"S","messages":[{"role":"user","content":[{"type":"text","text":"Q"}]}]}"#;
-        assert_eq!(parse(Api::Messages, body).unwrap().prompt, b"SuserQ");
+        assert_eq!(
+            parse(Api::Messages, body).unwrap().prompt.as_ref(),
+            b"SuserQ"
+        );
         assert!(
             bad_request(parse(Api::Messages, br#"{"model":"c","messages":[]}"#))
                 .contains("messages")
+        );
+    }
+
+    #[test]
+    fn prompts_are_borrowed_from_the_body_unless_escaped() {
+        let body = br#"{"model":"m","prompt":"a long prompt","extra":{"deep":[1,{"x":null}]}}"#;
+        let r = parse(Api::Completions, body).unwrap();
+        assert!(matches!(r.prompt, Cow::Borrowed(_)) && matches!(r.model, Cow::Borrowed(_)));
+        assert_eq!(r.prompt.as_ref(), b"a long prompt");
+        let r = parse(
+            Api::Completions,
+            br#"{"model":"m","prompt":"tab\there \u00e9"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.prompt.as_ref(), "tab\there \u{e9}".as_bytes());
+    }
+
+    #[test]
+    fn members_are_read_as_a_json_map_would() {
+        // The last of a repeated member wins; members of the wrong type read as absent.
+        let r = parse(
+            Api::Completions,
+            br#"{"model":"a","model":"b","prompt":"p","stream":"yes","cache_salt":5}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (r.model.as_ref(), r.stream, r.cache_salt.as_ref()),
+            ("b", false, "")
+        );
+        assert_eq!(
+            bad_request(parse(Api::Completions, br#"{"model":7,"prompt":"p"}"#)),
+            "model not found in request body"
+        );
+        assert!(
+            bad_request(parse(Api::Completions, br#"{"model":"m","prompt":"p"} x"#))
+                .starts_with("error unmarshaling request body: trailing characters")
+        );
+        assert!(
+            bad_request(parse(Api::Completions, br#"{"model":"m","prompt":[true]}"#))
+                .contains("must have prompt field")
         );
     }
 
