@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
-use xxhash_rust::xxh64::xxh64;
+use xxhash_rust::xxh3::xxh3_64;
 
 use crate::scheduler::profile::Profile;
 
@@ -117,7 +117,7 @@ impl Endpoint {
             let mut bytes = Vec::with_capacity(self.address.len() + 2);
             bytes.extend_from_slice(self.address.as_bytes());
             bytes.extend_from_slice(&self.port.to_le_bytes());
-            xxh64(&bytes, 0)
+            xxh3_64(&bytes)
         })
     }
 

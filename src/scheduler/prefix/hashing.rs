@@ -1,7 +1,8 @@
-//! Chained block hashes of a prompt (xxHash64), seeded with the target model and `cache_salt`,
-//! so the same text for another model or salt never matches.
+//! Chained block hashes of a prompt (XXH3, 64-bit), seeded with the target model and
+//! `cache_salt`, so the same text for another model or salt never matches. XXH3 rather than
+//! xxHash64: about twice as fast on these 256-byte blocks, which matters for long prompts.
 
-use xxhash_rust::xxh64::xxh64;
+use xxhash_rust::xxh3::xxh3_64;
 
 /// Bytes per pseudo-token when no tokenizer is available.
 const BYTES_PER_TOKEN: u64 = 4;
@@ -20,16 +21,16 @@ pub fn block_hashes(
     let mut seed_input = Vec::with_capacity(model.len() + cache_salt.len());
     seed_input.extend_from_slice(model.as_bytes());
     seed_input.extend_from_slice(cache_salt.as_bytes());
-    let mut previous = xxh64(&seed_input, 0);
+    let mut previous = xxh3_64(&seed_input);
     prompt
         .chunks(block_bytes)
         .take(max_blocks)
         .map(|block| {
-            let content = xxh64(block, 0);
+            let content = xxh3_64(block);
             let mut chain = [0u8; 16];
             chain[..8].copy_from_slice(&content.to_le_bytes());
             chain[8..].copy_from_slice(&previous.to_le_bytes());
-            previous = xxh64(&chain, 0);
+            previous = xxh3_64(&chain);
             previous
         })
         .collect()
