@@ -98,6 +98,7 @@ lint:
 	cargo fmt --all --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	cargo clippy --locked --target wasm32-wasip1 -p wasm-epp -- -D warnings
+	cargo clippy --locked --target wasm32-wasip1 -p wasm-epp --features phase-timers -- -D warnings
 
 test-unit:
 	cargo test --locked --workspace --exclude wasm-epp

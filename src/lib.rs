@@ -8,6 +8,7 @@ pub mod admission;
 pub mod errors;
 pub mod exchange;
 pub mod lease;
+pub mod phases;
 pub mod picker;
 pub mod plugin_config;
 pub mod request;

@@ -9,6 +9,7 @@ use base64::Engine;
 
 use crate::admission;
 use crate::errors::InferenceError;
+use crate::phases::{Phase, PhaseTimer, Phases};
 use crate::plugin_config::FilterConfig;
 use crate::request::{self, Api};
 use crate::rewrite;
@@ -148,10 +149,12 @@ pub enum Outcome {
     Reject(InferenceError),
 }
 
-/// Per-worker picking state: the random generator for tie-breaks and weighted choices.
+/// Per-worker picking state: the random generator for tie-breaks and weighted choices, and
+/// the timer that splits decisions into phases when given a clock.
 #[derive(Debug)]
 pub struct Picker {
     rng: Rng,
+    timer: PhaseTimer,
 }
 
 impl Picker {
@@ -159,7 +162,21 @@ impl Picker {
     pub fn new(seed: u64) -> Picker {
         Picker {
             rng: Rng::new(seed),
+            timer: PhaseTimer::off(),
         }
+    }
+
+    /// Like [`new`](Self::new), timing each decision's phases with `clock` (nanoseconds).
+    pub fn with_clock(seed: u64, clock: fn() -> u64) -> Picker {
+        Picker {
+            rng: Rng::new(seed),
+            timer: PhaseTimer::with_clock(clock),
+        }
+    }
+
+    /// The last decision's phases (zero without a clock).
+    pub fn phases(&self) -> Phases {
+        self.timer.phases()
     }
 
     /// Decides one request. `in_flight` reports this proxy's in-flight count for an endpoint
@@ -179,7 +196,10 @@ impl Picker {
                 Outcome::Reject(InferenceError::NoSnapshot)
             };
         };
-        match self.route(snapshot, config, incoming, in_flight, prefix_index) {
+        self.timer.start();
+        let routed = self.route(snapshot, config, incoming, in_flight, prefix_index);
+        self.timer.mark(Phase::Score);
+        match routed {
             Ok(route) => Outcome::Route(route),
             Err(e) => Outcome::Reject(e),
         }
@@ -243,6 +263,7 @@ impl Picker {
         } else {
             Vec::new()
         };
+        self.timer.mark(Phase::Parse);
         let request = Request {
             model: &target,
             prompt: &parsed.prompt,
@@ -257,6 +278,7 @@ impl Picker {
             &request,
             prefix_index,
             &mut self.rng,
+            &mut self.timer,
         )?;
         let chosen: Vec<&Endpoint> = decision
             .picked

@@ -10,6 +10,7 @@ pub mod rng;
 pub mod scorers;
 
 use crate::errors::InferenceError;
+use crate::phases::{Phase, PhaseTimer};
 use crate::snapshot::Endpoint;
 use prefix::{PrefixIndex, PrefixMatch};
 use profile::{Profile, ScorerSpec};
@@ -65,6 +66,7 @@ pub fn schedule(
     request: &Request<'_>,
     prefix_index: &mut PrefixIndex,
     rng: &mut Rng,
+    timer: &mut PhaseTimer,
 ) -> Result<Decision, InferenceError> {
     if endpoints.is_empty() {
         return Err(InferenceError::NoEndpoints(
@@ -88,7 +90,14 @@ pub fn schedule(
         .collect();
     let prefix = profile.scorers.iter().find_map(|s| match &s.scorer {
         ScorerSpec::PrefixCache(params) => {
-            Some(prefix::produce(params, &chosen, request, prefix_index))
+            timer.mark(Phase::Score);
+            Some(prefix::produce(
+                params,
+                &chosen,
+                request,
+                prefix_index,
+                timer,
+            ))
         }
         _ => None,
     });
@@ -114,10 +123,12 @@ pub fn schedule(
         .into_iter()
         .filter_map(|i| candidates.get(i).copied())
         .collect();
+    timer.mark(Phase::Score);
     if let (Some(prefix), Some(endpoint)) =
         (&prefix, picked.first().and_then(|&i| endpoints.get(i)))
     {
         prefix_index.record(endpoint.index_key(), &prefix.hashes, request.now_unix_ms);
+        timer.mark(Phase::Record);
     }
     Ok(Decision {
         picked,
@@ -184,7 +195,16 @@ mod tests {
         request: &Request<'_>,
         store: &mut PrefixIndex,
     ) -> Decision {
-        schedule(profile, endpoints, &[], request, store, &mut Rng::new(7)).unwrap()
+        schedule(
+            profile,
+            endpoints,
+            &[],
+            request,
+            store,
+            &mut Rng::new(7),
+            &mut PhaseTimer::off(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -196,6 +216,7 @@ mod tests {
             &Request::default(),
             &mut PrefixIndex::new(64),
             &mut Rng::new(1),
+            &mut PhaseTimer::off(),
         )
         .unwrap_err();
         assert_eq!(err.dropped_reason(), Some("rejected-no-endpoints"));
@@ -274,6 +295,7 @@ mod tests {
                 &request,
                 &mut store,
                 &mut Rng::new(seed),
+                &mut PhaseTimer::off(),
             )
             .unwrap();
             assert_eq!(d.picked, first);

@@ -15,6 +15,7 @@ use proxy_wasm::types::MetricType;
 use super::calls::{self, counted};
 use super::http::PickerHttp;
 use super::leased_poller::LeasedPoller;
+use super::phase_metrics;
 use super::shared::{self, now_ns, now_unix_ms, SharedHost};
 use crate::exchange::Exchange;
 use crate::picker::{Incoming, Outcome, Picker};
@@ -86,6 +87,7 @@ impl Worker {
             let elapsed = counted(now_ns()).saturating_sub(started);
             let _ = counted(hostcalls::record_metric(id, elapsed));
         }
+        phase_metrics::record_decision(&self.picker.phases());
         outcome
     }
 
@@ -173,7 +175,10 @@ impl FilterRoot {
             worker: Rc::new(RefCell::new(Worker {
                 index: PrefixIndex::new(config.prefix_index_buckets),
                 config,
-                picker: Picker::new(seed),
+                picker: match phase_metrics::clock() {
+                    Some(clock) => Picker::with_clock(seed, clock),
+                    None => Picker::new(seed),
+                },
                 in_flight: HashMap::new(),
                 exchange: Exchange::new(),
                 snapshot: None,

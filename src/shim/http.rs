@@ -17,6 +17,7 @@ use proxy_wasm::types::{Action, BufferType, MapType};
 
 use super::calls::{self, counted};
 use super::filter::Worker;
+use super::phase_metrics::{timed, ShimPhase};
 use super::shared;
 use crate::errors::{InferenceError, DROPPED_REASON_HEADER};
 use crate::picker::{
@@ -66,6 +67,31 @@ impl PickerHttp {
         result
     }
 
+    /// Reads the control headers (one host call for the whole map) and removes those present.
+    fn read_controls(&mut self) {
+        let headers = counted(hostcalls::get_map(MapType::HttpRequestHeaders)).unwrap_or_default();
+        self.controls = Controls::read(|name| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        });
+        // Control headers never reach a model server; a client's destination never survives
+        // (Envoy's config strips it before the filter too). The destination is removed whether
+        // present or not: changing the headers also makes Envoy pick the route again, which a
+        // fail-open request without a pick relies on.
+        for name in CONTROL_HEADERS {
+            let present = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+            if present || name == DESTINATION_HEADER {
+                let _ = counted(hostcalls::set_map_value(
+                    MapType::HttpRequestHeaders,
+                    name,
+                    None,
+                ));
+            }
+        }
+    }
+
     fn decide(&mut self, body: Option<&[u8]>) -> Action {
         if std::mem::replace(&mut self.decided, true) {
             return Action::Continue;
@@ -75,6 +101,12 @@ impl PickerHttp {
             let mut worker = self.worker.borrow_mut();
             worker.decide(&incoming)
         };
+        timed(ShimPhase::Apply, || self.apply(outcome, body))
+    }
+
+    /// Applies the decision: the destination (and a rewritten body), the in-flight count and
+    /// what the response needs, or the local reply.
+    fn apply(&mut self, outcome: Outcome, body: Option<&[u8]>) -> Action {
         let route = match outcome {
             Outcome::Route(route) => route,
             Outcome::Unrouted => return Action::Continue,
@@ -126,14 +158,58 @@ impl PickerHttp {
             .map(|(target, client)| ResponseModelRewriter::new(&target, &client));
         Action::Continue
     }
+
+    /// Adds the decision's response headers (and drops the length a body rewrite changes).
+    fn add_response_headers(&mut self) -> Action {
+        let headers = MapType::HttpResponseHeaders;
+        for (name, value) in &self.response_headers {
+            let _ = counted(hostcalls::set_map_value(headers, name, Some(value)));
+        }
+        if self
+            .response_rewriter
+            .as_ref()
+            .is_some_and(|r| !r.is_noop())
+        {
+            // The rewritten body may differ in length.
+            let _ = counted(hostcalls::set_map_value(headers, "content-length", None));
+        }
+        Action::Continue
+    }
+
+    /// Rewrites the model name in one response body chunk back to the client's.
+    fn rewrite_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let chunk = counted(hostcalls::get_buffer(
+            BufferType::HttpResponseBody,
+            0,
+            body_size,
+        ))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+        let Some(rewriter) = self.response_rewriter.as_mut() else {
+            return Action::Continue;
+        };
+        let out = rewriter.push(&chunk, end_of_stream);
+        if let Err(status) = counted(hostcalls::set_buffer(
+            BufferType::HttpResponseBody,
+            0,
+            body_size,
+            &out,
+        )) {
+            log::warn!("wasm-epp: cannot rewrite the response body: {status:?}");
+        }
+        Action::Continue
+    }
 }
 
 /// The buffered request body, up to `size` bytes (one host call and one copy).
 fn request_body(size: usize) -> Vec<u8> {
-    counted(hostcalls::get_buffer(BufferType::HttpRequestBody, 0, size))
-        .ok()
-        .flatten()
-        .unwrap_or_default()
+    timed(ShimPhase::BodyCopy, || {
+        counted(hostcalls::get_buffer(BufferType::HttpRequestBody, 0, size))
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    })
 }
 
 /// Answers the client with `error` and stops the request.
@@ -158,28 +234,7 @@ impl Context for PickerHttp {}
 impl HttpContext for PickerHttp {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
         self.counting(|this| {
-            let headers =
-                counted(hostcalls::get_map(MapType::HttpRequestHeaders)).unwrap_or_default();
-            this.controls = Controls::read(|name| {
-                headers
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                    .map(|(_, v)| v.clone())
-            });
-            // Control headers never reach a model server; a client's destination never
-            // survives (Envoy's config strips it before the filter too). The destination is
-            // removed whether present or not: changing the headers also makes Envoy pick the
-            // route again, which a fail-open request without a pick relies on.
-            for name in CONTROL_HEADERS {
-                let present = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
-                if present || name == DESTINATION_HEADER {
-                    let _ = counted(hostcalls::set_map_value(
-                        MapType::HttpRequestHeaders,
-                        name,
-                        None,
-                    ));
-                }
-            }
+            timed(ShimPhase::Headers, || this.read_controls());
             if end_of_stream {
                 return this.decide(None);
             }
@@ -219,21 +274,7 @@ impl HttpContext for PickerHttp {
     }
 
     fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
-        self.counting(|this| {
-            let headers = MapType::HttpResponseHeaders;
-            for (name, value) in &this.response_headers {
-                let _ = counted(hostcalls::set_map_value(headers, name, Some(value)));
-            }
-            if this
-                .response_rewriter
-                .as_ref()
-                .is_some_and(|r| !r.is_noop())
-            {
-                // The rewritten body may differ in length.
-                let _ = counted(hostcalls::set_map_value(headers, "content-length", None));
-            }
-            Action::Continue
-        })
+        self.counting(|this| timed(ShimPhase::Response, || this.add_response_headers()))
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -241,27 +282,9 @@ impl HttpContext for PickerHttp {
             return Action::Continue;
         }
         self.counting(|this| {
-            let chunk = counted(hostcalls::get_buffer(
-                BufferType::HttpResponseBody,
-                0,
-                body_size,
-            ))
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-            let Some(rewriter) = this.response_rewriter.as_mut() else {
-                return Action::Continue;
-            };
-            let out = rewriter.push(&chunk, end_of_stream);
-            if let Err(status) = counted(hostcalls::set_buffer(
-                BufferType::HttpResponseBody,
-                0,
-                body_size,
-                &out,
-            )) {
-                log::warn!("wasm-epp: cannot rewrite the response body: {status:?}");
-            }
-            Action::Continue
+            timed(ShimPhase::Response, || {
+                this.rewrite_response_body(body_size, end_of_stream)
+            })
         })
     }
 

@@ -5,6 +5,7 @@ mod calls;
 mod filter;
 mod http;
 mod leased_poller;
+mod phase_metrics;
 mod poller;
 mod shared;
 

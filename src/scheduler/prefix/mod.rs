@@ -11,6 +11,7 @@ pub use index::PrefixIndex;
 
 use super::profile::PrefixCacheParams;
 use super::Request;
+use crate::phases::{Phase, PhaseTimer};
 use crate::snapshot::Endpoint;
 
 /// Smallest block, in tokens, the producer hashes (bounds the index's memory).
@@ -33,6 +34,7 @@ pub fn produce(
     endpoints: &[&Endpoint],
     request: &Request<'_>,
     index: &PrefixIndex,
+    timer: &mut PhaseTimer,
 ) -> PrefixMatch {
     let first = endpoints.first().map(|e| &e.metrics);
     let tuned_block = first
@@ -50,7 +52,9 @@ pub fn produce(
         block_size_tokens,
         max_blocks,
     );
+    timer.mark(Phase::Hash);
     let matched_blocks = index.matched_blocks(endpoints, &hashes);
+    timer.mark(Phase::Lookup);
     PrefixMatch {
         hashes,
         matched_blocks,
@@ -79,19 +83,26 @@ mod tests {
             &[&owned[0]],
             &request,
             &index,
+            &mut PhaseTimer::off(),
         );
         assert_eq!(p.block_size_tokens, 64);
         assert_eq!(p.hashes.len(), 4); // 1024 bytes = 256 tokens = 4 blocks of 64
         owned[0].metrics.block_size = Some(128);
         owned[0].metrics.num_gpu_blocks = Some(10);
         let endpoints = [&owned[0]];
-        let p = produce(&PrefixCacheParams::default(), &endpoints, &request, &index);
+        let p = produce(
+            &PrefixCacheParams::default(),
+            &endpoints,
+            &request,
+            &index,
+            &mut PhaseTimer::off(),
+        );
         assert_eq!((p.block_size_tokens, p.hashes.len()), (128, 2));
         let fixed = PrefixCacheParams {
             auto_tune: false,
             ..PrefixCacheParams::default()
         };
-        let p = produce(&fixed, &endpoints, &request, &index);
+        let p = produce(&fixed, &endpoints, &request, &index, &mut PhaseTimer::off());
         assert_eq!(p.block_size_tokens, 64);
     }
 
@@ -111,6 +122,7 @@ mod tests {
             &[&endpoint(1, 0, 0.0)],
             &request,
             &PrefixIndex::new(16),
+            &mut PhaseTimer::off(),
         );
         assert_eq!(p.hashes.len(), 2);
     }
