@@ -431,10 +431,11 @@ def _replace_once(text: str, old: str, new: str) -> str:
 
 
 def epp_envoy_config(ctx: Ctx, admin_port: int, port: int, controller: Controller,
-                     filter_config: str = '{"failOpen": false}') -> str:
+                     filter_config: str = '{"failOpen": false}',
+                     wasm: Path | None = None) -> str:
     """The shipped `envoy/envoy.yaml` (bootstrap poller singleton + wasm-epp filter +
-    ORIGINAL_DST cluster) with its ports, controller address, .wasm path and filter
-    configuration JSON replaced."""
+    ORIGINAL_DST cluster) with its ports, controller address, .wasm path (`wasm`, default the
+    shipped build) and filter configuration JSON replaced."""
     text = (ctx.repo / "envoy" / "envoy.yaml").read_text()
     text = _replace_once(text, "port_value: 9901", f"port_value: {admin_port}")
     text = _replace_once(text, "port_value: 10000", f"port_value: {port}")
@@ -444,7 +445,7 @@ def epp_envoy_config(ctx: Ctx, admin_port: int, port: int, controller: Controlle
     shipped = "filename: target/wasm32-wasip1/wasm/wasm_epp.wasm"
     if text.count(shipped) != 2:
         raise ValueError(f"envoy/envoy.yaml: expected the poller and the filter to load {shipped!r}")
-    return text.replace(shipped, f"filename: {ctx.wasm}")
+    return text.replace(shipped, f"filename: {wasm or ctx.wasm}")
 
 
 def wait_picking(url: str, timeout: float = 15.0, proc: Proc | None = None) -> None:

@@ -9,7 +9,9 @@ over the no-picker Envoy (p50/p99, median over rounds of the per-round differenc
 request of Envoy and of the ext_proc server from /proc (the controller, common to both, on
 its own line), and the time one pick takes at 8, 100 and 1,000 endpoints: inside Envoy (the
 filter's `wasmcustom.wasm_epp_decision_ns` histogram), in the ext_proc server (the same
-`Picker::decide`, native) and, in full mode, `cargo bench --bench pick`.
+`Picker::decide`, native) and, in full mode, `cargo bench --bench pick`. Where a request's time
+goes inside the filter comes from a fourth Envoy running the filter built with the
+`phase-timers` feature (per-phase histograms), on the same load after the measured rounds.
 """
 
 from __future__ import annotations
@@ -40,6 +42,20 @@ PICK_ENDPOINTS = (8, 100, 1000)
 IDLE_PORT_BASE = 30000
 # Top-level bootstrap key: histogram quantiles are computed at each stats flush.
 FAST_STATS_FLUSH = "stats_flush_interval: 1s\n"
+# The filter built with per-phase histograms (`make wasm-phase-timers`).
+TIMED_WASM = ("target", "phase-timers", "wasm32-wasip1", "wasm", "wasm_epp.wasm")
+# The phase histograms, in request order, with their table headings.
+PHASES = (("headers", "headers read + control headers removed"),
+          ("body_copy", "body copied into Wasm"),
+          ("parse", "parse (+ candidates, rewrite, admission)"),
+          ("hash", "prompt hashing"),
+          ("lookup", "prefix lookup"),
+          ("score", "scoring + pick"),
+          ("record", "prefix record"),
+          ("apply", "apply (header, in-flight)"),
+          ("response", "response path"))
+# Endpoint counts whose pick runs are also timed phase by phase.
+PHASE_ENDPOINTS = (8, 1000)
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,8 @@ def plan(quick: bool) -> tuple[list[Size], int]:
     mode sustains on 2 cores, so every mode sees the same offered load."""
     if quick:
         return [Size("1kb", "1 KB", 1024, 100, 250),
-                Size("100kb", "100 KB", 100 * 1024, 50, 125)], 3
+                Size("100kb", "100 KB", 100 * 1024, 50, 125),
+                Size("1mb", "1 MB", 1024 * 1024, 10, 30)], 3
     return [Size("1kb", "1 KB", 1024, 100, 500),
             Size("100kb", "100 KB", 100 * 1024, 50, 250),
             Size("1mb", "1 MB", 1024 * 1024, 10, 50)], 5
@@ -89,12 +106,42 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-def _start_wasm_envoy(ctx, procs, controller: common.Controller, name: str) -> common.Envoy:
-    """Envoy with wasm-epp (the shipped envoy/envoy.yaml) and a 1 s stats flush; the caller
-    checks that it picks."""
+def _start_wasm_envoy(ctx, procs, controller: common.Controller, name: str,
+                      timed: bool = False) -> common.Envoy:
+    """Envoy with wasm-epp (the shipped envoy/envoy.yaml; `timed`: the phase-timers build)
+    and a 1 s stats flush; the caller checks that it picks."""
     admin, port = common.free_port(), common.free_port()
-    config = common.epp_envoy_config(ctx, admin, port, controller) + FAST_STATS_FLUSH
+    wasm = ctx.repo.joinpath(*TIMED_WASM) if timed else None
+    if wasm is not None and not wasm.is_file():
+        raise FileNotFoundError(f"{wasm} is missing; run `make wasm-phase-timers`")
+    config = common.epp_envoy_config(ctx, admin, port, controller, wasm=wasm) + FAST_STATS_FLUSH
     return common.start_envoy(ctx, procs, config, admin, port, 1, name)
+
+
+def _phase_times(envoy: common.Envoy) -> dict:
+    """p50 (µs) of each phase histogram and of the whole decision, after the next stats flush;
+    NaN for a phase with no samples."""
+    time.sleep(1.5)
+    out = {}
+    for key, _ in PHASES + (("decision", ""),):
+        name = "wasm_epp_decision_ns" if key == "decision" else f"wasm_epp_phase_{key}_ns"
+        try:
+            out[key] = _histogram_us(envoy, name)["p50_us"]
+        except RuntimeError:
+            out[key] = math.nan
+    return out
+
+
+def measure_phases(ctx, procs, controller, size: Size, sim_names: set[str]) -> dict:
+    """The same load as one measured round, through the phase-timers filter."""
+    envoy = _start_wasm_envoy(ctx, procs, controller, f"envoy-timed-{size.key}", timed=True)
+    common.wait_picking(envoy.url, proc=envoy.proc)
+    _check(_load(ctx, procs, envoy, size, f"warm-timed-{size.key}", 20), "wasm", sim_names)
+    _check(_load(ctx, procs, envoy, size, f"timed-{size.key}", size.requests), "wasm",
+           sim_names)
+    phases = _phase_times(envoy)
+    procs.stop([envoy.proc])
+    return phases
 
 
 def _decision_times(procs, wasm: common.Envoy, xenvoy: common.Envoy, extproc) -> dict:
@@ -175,9 +222,10 @@ def measure_size(ctx, procs, sims, controller, size: Size, rounds: int) -> tuple
         per_round.append(row)
     decisions = _decision_times(procs, envoys["wasm"], envoys["extproc"], extproc)
     procs.stop([envoys["wasm"].proc, envoys["plain"].proc])
+    phases = measure_phases(ctx, procs, controller, size, sim_names)
     return {"label": size.label, "prompt_bytes": size.prompt_bytes, "rate_per_s": size.rate,
             "requests_per_round": size.requests, "rounds": rounds, "per_round": per_round,
-            "summary": _summary(per_round), "decision_us": decisions,
+            "summary": _summary(per_round), "decision_us": decisions, "phases_us": phases,
             "instances": instances}, controller_cpu
 
 
@@ -251,8 +299,11 @@ def measure_pick_time(ctx, procs, sim: common.Sim) -> dict:
     for n in PICK_ENDPOINTS:
         pool = [sim] + [common.Sim(f"idle-{i}", IDLE_PORT_BASE + i, [], None)
                         for i in range(1, n)]
+        # The idle endpoints stay candidates (their scrapes fail): a pick over n endpoints.
         controller = common.start_controller(ctx, procs, pool, name=f"controller-{n}",
-                                             extra=["--refresh-metrics-interval", "1s"])
+                                             extra=["--refresh-metrics-interval", "1s",
+                                                    "--failed-scrapes-before-unready",
+                                                    "1000000000"])
         wasm = _start_wasm_envoy(ctx, procs, controller, f"envoy-wasm-{n}")
         extproc = start_extproc(ctx, procs, controller, name=f"extproc-{n}")
         xenvoy = start_extproc_envoy(ctx, procs, extproc, name=f"envoy-extproc-{n}",
@@ -262,7 +313,15 @@ def measure_pick_time(ctx, procs, sim: common.Sim) -> dict:
             common.run_loadgen(ctx, procs, f"{envoy.url}/v1/completions", args,
                                f"pick-{label}-{n}", timeout=120)
         out[str(n)] = _decision_times(procs, wasm, xenvoy, extproc)
-        procs.stop([wasm.proc, controller.proc])
+        procs.stop([wasm.proc])
+        if n in PHASE_ENDPOINTS:
+            timed = _start_wasm_envoy(ctx, procs, controller, f"envoy-timed-{n}", timed=True)
+            wait_snapshot(timed.url)
+            common.run_loadgen(ctx, procs, f"{timed.url}/v1/completions", args,
+                               f"pick-timed-{n}", timeout=120)
+            out[str(n)]["phases_us"] = _phase_times(timed)
+            procs.stop([timed.proc])
+        procs.stop([controller.proc])
     if not ctx.quick:
         native = native_pick_bench(ctx)
         for n, row in out.items():
@@ -328,15 +387,41 @@ def ratios(latency: dict, pick: dict) -> dict[str, float]:
             s["extproc"]["added_p50_ms"], s["wasm"]["added_p50_ms"])
         out[f"added_p99_extproc_over_wasm_{key}"] = _added_ratio(
             s["extproc"]["added_p99_ms"], s["wasm"]["added_p99_ms"])
-        out[f"cpu_per_req_extproc_over_wasm_{key}"] = common.ratio(
+        out[f"cpu_extproc_over_wasm_{key}"] = common.ratio(
             s["extproc"]["cpu_us_per_req"], s["wasm"]["cpu_us_per_req"])
+        out[f"decision_wasm_over_native_{key}"] = common.ratio(
+            row["decision_us"]["wasm_in_envoy"]["p50_us"],
+            row["decision_us"]["extproc_server"]["p50_us"])
         out[f"added_cpu_extproc_over_wasm_{key}"] = _added_ratio(
             s["extproc"]["cpu_us_per_req"] - s["plain"]["cpu_us_per_req"],
             s["wasm"]["cpu_us_per_req"] - s["plain"]["cpu_us_per_req"])
     biggest = str(max(PICK_ENDPOINTS))
     out[f"pick_p50_wasm_in_envoy_over_native_{biggest}ep"] = common.ratio(
         pick[biggest]["wasm_in_envoy"]["p50_us"], pick[biggest]["extproc_server"]["p50_us"])
+    out[f"pick_{biggest}_endpoints_us"] = pick[biggest]["wasm_in_envoy"]["p50_us"]
     return out
+
+
+def phase_table(latency: dict, pick: dict) -> str:
+    """The "where a request's time goes" table: p50 of each phase histogram (µs), per prompt
+    size (3 endpoints) and per pool size (1 KB prompts), with the shipped filter's added p50."""
+    rows = []
+    for row in latency["sizes"].values():
+        phases = row["phases_us"]
+        added_us = row["summary"]["wasm"]["added_p50_ms"] * 1000
+        inside = sum(v for k, v in phases.items() if k != "decision" and not math.isnan(v))
+        rows.append([f"{row['label']}, 3 endpoints"] + [phases[k] for k, _ in PHASES]
+                    + [phases["decision"], inside, added_us, added_us - inside])
+    for n in PHASE_ENDPOINTS:
+        phases = pick.get(str(n), {}).get("phases_us")
+        if phases:
+            inside = sum(v for k, v in phases.items() if k != "decision" and not math.isnan(v))
+            rows.append([f"1 KB, {n:,} endpoints"] + [phases[k] for k, _ in PHASES]
+                        + [phases["decision"], inside, None, None])
+    headers = (["request"] + [label for _, label in PHASES]
+               + ["decision (whole)", "sum of the filter's phases", "added p50 (shipped filter)",
+                  "rest: Envoy buffering, callbacks, VM entry"])
+    return common.md_table(headers, rows)
 
 
 def markdown(ctx, latency: dict, pick: dict, figure: str) -> str:
@@ -404,6 +489,17 @@ def markdown(ctx, latency: dict, pick: dict, figure: str) -> str:
               common.ratio(row["decision_us"]["wasm_in_envoy"]["p50_us"],
                            row["decision_us"]["extproc_server"]["p50_us"])]
              for row in sizes.values()]),
+        "",
+        "**Where a request's time goes** (µs, p50 of each phase's histogram in the filter built "
+        "with the `phase-timers` feature, `wasmcustom.wasm_epp_phase_<phase>_ns`, on the same "
+        "load as one measured round after them; the pool-size rows are the pick runs below). "
+        "\"Added p50\" is the shipped filter's added latency from the table above, and the last "
+        "column is that minus the sum of the phases' medians: the part no in-filter timer can see "
+        "(Envoy buffering the body, the callbacks into the VM, context creation), a difference "
+        "of medians rather than a median of differences. The timers' own clock reads add a few "
+        "µs to each phase:",
+        "",
+        phase_table(latency, pick),
         "",
         f"The controller, which feeds both pickers, used "
         f"{common.fmt(latency['controller_cpu_us_per_req'])} µs per request over these runs "

@@ -31,6 +31,10 @@ SECTIONS = {m.KEY: m for m in (routing, inference_perf, overhead, controller_cos
 # Printed first, in this order: the figures the project's claims rest on.
 HEADLINE = ("ttft_p90_roundrobin_over_epp", "throughput_epp_over_roundrobin",
             "added_p50_extproc_over_wasm_1kb", "added_p50_extproc_over_wasm_100kb",
+            "added_p50_extproc_over_wasm_1mb", "cpu_extproc_over_wasm_1kb",
+            "cpu_extproc_over_wasm_100kb", "cpu_extproc_over_wasm_1mb",
+            "decision_wasm_over_native_1kb", "decision_wasm_over_native_100kb",
+            "decision_wasm_over_native_1mb", "pick_1000_endpoints_us",
             "prefix_hit_4workers_over_1worker")
 
 INTRO = """\
@@ -109,6 +113,16 @@ def headline_rows(ratios: dict[str, float]) -> str:
         "added_p50_extproc_over_wasm_1kb": "latency an ext_proc picker adds over what wasm-epp "
                                            "adds, p50, 1 KB prompts",
         "added_p50_extproc_over_wasm_100kb": "the same, 100 KB prompts",
+        "added_p50_extproc_over_wasm_1mb": "the same, 1 MB prompts",
+        "cpu_extproc_over_wasm_1kb": "CPU per request, ext_proc (its Envoy + its server) over "
+                                     "wasm-epp's Envoy, 1 KB prompts; > 1: wasm-epp is cheaper",
+        "cpu_extproc_over_wasm_100kb": "the same, 100 KB prompts",
+        "cpu_extproc_over_wasm_1mb": "the same, 1 MB prompts",
+        "decision_wasm_over_native_1kb": "one decision inside Envoy (Wasm) over the same decision "
+                                         "natively in the ext_proc server, p50, 1 KB prompts",
+        "decision_wasm_over_native_100kb": "the same, 100 KB prompts",
+        "decision_wasm_over_native_1mb": "the same, 1 MB prompts",
+        "pick_1000_endpoints_us": "one pick inside Envoy at 1,000 endpoints, p50, µs",
         "prefix_hit_4workers_over_1worker": "prefix-cache hit rate with 4 Envoy workers over 1; "
                                             "≈ 1: workers share what they learn",
     }
@@ -149,11 +163,22 @@ def findings(ratios: dict[str, float]) -> str:
                    "added latency over wasm-epp's): " + ", ".join(cheaper) + ".")
     if dearer:
         out.append("- **Overhead, large prompts.** wasm-epp adds more than the ext_proc hop (p50, "
-                   "wasm-epp's added latency over ext_proc's): " + ", ".join(dearer) + ". The "
-                   "decision itself — parsing the body, hashing every 64-token block of the "
-                   "prompt and updating the shared-data prefix index block by block, under V8 — "
-                   "grows with the prompt faster than streaming the body to a native picker does "
-                   "(see the decision-time table). A lower `maxPrefixTokensToMatch` bounds it.")
+                   "wasm-epp's added latency over ext_proc's): " + ", ".join(dearer) + "; see "
+                   "where the time goes, phase by phase, in the overhead section.")
+    cpu = {label: ratios[f"cpu_extproc_over_wasm_{key}"] for label, key in sizes.items()
+           if has(f"cpu_extproc_over_wasm_{key}")}
+    if cpu:
+        out.append("- **CPU.** Per request, the ext_proc design (its Envoy and its server) uses "
+                   + ", ".join(f"{label} {r:.1f}×" for label, r in cpu.items())
+                   + " the CPU of wasm-epp's Envoy.")
+    decision = {label: ratios[f"decision_wasm_over_native_{key}"] for label, key in sizes.items()
+                if has(f"decision_wasm_over_native_{key}")}
+    if decision:
+        out.append("- **Decision under V8.** One decision inside Envoy takes "
+                   + ", ".join(f"{label} {r:.1f}×" for label, r in decision.items())
+                   + " the same decision natively"
+                   + (f"; one pick at 1,000 endpoints takes {ratios['pick_1000_endpoints_us']:.0f} µs "
+                      "in Envoy" if has("pick_1000_endpoints_us") else "") + ".")
     if has("prefix_hit_4workers_over_1worker"):
         out.append(f"- **Workers.** The prefix-cache hit rate with 4 Envoy workers is "
                    f"{ratios['prefix_hit_4workers_over_1worker']:.2f}× that with 1: the "

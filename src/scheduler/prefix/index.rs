@@ -25,26 +25,30 @@ const REFRESH_AFTER_MS: u64 = 1_000;
 /// Most words the outbox holds between two publications; beyond it new records stay local.
 pub const OUTBOX_MAX_WORDS: usize = 1 << 16;
 
-/// One remembered block: its hash and up to [`HOLDERS_PER_ENTRY`] (endpoint key, last routed
-/// ms) pairs. Hash 0 marks a free slot (a real hash of 0 is simply not remembered).
+/// A bucket of up to [`ENTRIES_PER_BUCKET`] remembered blocks, laid out field by field so a
+/// lookup reads one cache line of hashes (and an eviction one of times) rather than every
+/// entry: slot `i` holds block `hashes[i]` (0: free; a real hash of 0 is simply not
+/// remembered), routed last at `last_used[i]` ms to the `lens[i]` holders of `holders[i]`,
+/// (endpoint key, last routed ms) pairs.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Entry {
-    hash: u64,
-    holders: [(u64, u64); HOLDERS_PER_ENTRY],
-    len: u8,
+struct Bucket {
+    hashes: [u64; ENTRIES_PER_BUCKET],
+    last_used: [u64; ENTRIES_PER_BUCKET],
+    lens: [u8; ENTRIES_PER_BUCKET],
+    holders: [[(u64, u64); HOLDERS_PER_ENTRY]; ENTRIES_PER_BUCKET],
 }
 
-impl Entry {
-    fn holders(&self) -> &[(u64, u64)] {
-        &self.holders[..usize::from(self.len)]
+impl Bucket {
+    fn slot(&self, hash: u64) -> Option<usize> {
+        (hash != 0)
+            .then(|| self.hashes.iter().position(|&h| h == hash))
+            .flatten()
     }
 
-    fn last_used(&self) -> u64 {
-        self.holders().iter().map(|h| h.1).max().unwrap_or(0)
+    fn holders(&self, slot: usize) -> &[(u64, u64)] {
+        &self.holders[slot][..usize::from(self.lens[slot])]
     }
 }
-
-type Bucket = [Entry; ENTRIES_PER_BUCKET];
 
 /// A worker's prefix index; see the module docs.
 #[derive(Debug, Clone)]
@@ -58,7 +62,7 @@ impl PrefixIndex {
     /// An empty index of `buckets` buckets (at least one), allocated once.
     pub fn new(buckets: u32) -> PrefixIndex {
         PrefixIndex {
-            buckets: vec![[Entry::default(); ENTRIES_PER_BUCKET]; buckets.max(1) as usize],
+            buckets: vec![Bucket::default(); buckets.max(1) as usize],
             outbox: Vec::new(),
         }
     }
@@ -67,10 +71,10 @@ impl PrefixIndex {
         (hash % self.buckets.len() as u64) as usize
     }
 
-    fn entry(&self, hash: u64) -> Option<&Entry> {
-        self.buckets[self.bucket(hash)]
-            .iter()
-            .find(|e| e.hash == hash && hash != 0)
+    /// The holders of `hash`, if it is remembered.
+    fn holders_of(&self, hash: u64) -> Option<&[(u64, u64)]> {
+        let bucket = &self.buckets[self.bucket(hash)];
+        bucket.slot(hash).map(|slot| bucket.holders(slot))
     }
 
     /// For each endpoint, how many of the request's blocks it holds, walking `hashes` in order
@@ -80,10 +84,10 @@ impl PrefixIndex {
     pub fn matched_blocks(&self, endpoints: &[&Endpoint], hashes: &[u64]) -> Vec<usize> {
         let mut per_holder: Vec<(u64, usize)> = Vec::new();
         for &hash in hashes {
-            let Some(entry) = self.entry(hash) else {
+            let Some(holders) = self.holders_of(hash) else {
                 break;
             };
-            for &(key, _) in entry.holders() {
+            for &(key, _) in holders {
                 match per_holder.iter_mut().find(|(k, _)| *k == key) {
                     Some((_, count)) => *count += 1,
                     None => per_holder.push((key, 1)),
@@ -150,8 +154,8 @@ impl PrefixIndex {
     /// Whether `key` is remembered as a holder of `hash`.
     #[cfg(test)]
     pub(crate) fn has_holder(&self, hash: u64, key: u64) -> bool {
-        self.entry(hash)
-            .is_some_and(|e| e.holders().iter().any(|h| h.0 == key))
+        self.holders_of(hash)
+            .is_some_and(|holders| holders.iter().any(|h| h.0 == key))
     }
 
     /// Sets `key` as a holder of `hash` at `now`; false when it already was within the refresh
@@ -162,25 +166,26 @@ impl PrefixIndex {
         }
         let index = self.bucket(hash);
         let bucket = &mut self.buckets[index];
-        let slot = match bucket.iter().position(|e| e.hash == hash) {
-            Some(i) => i,
+        let slot = match bucket.slot(hash) {
+            Some(slot) => slot,
             None => {
                 // A free slot, else the least recently used block.
-                let i = bucket
+                let slot = bucket
+                    .hashes
                     .iter()
-                    .position(|e| e.hash == 0)
-                    .or_else(|| (0..ENTRIES_PER_BUCKET).min_by_key(|&i| bucket[i].last_used()))
+                    .position(|&h| h == 0)
+                    .or_else(|| (0..ENTRIES_PER_BUCKET).min_by_key(|&i| bucket.last_used[i]))
                     .unwrap_or(0);
-                bucket[i] = Entry {
-                    hash,
-                    ..Entry::default()
-                };
-                i
+                bucket.hashes[slot] = hash;
+                bucket.lens[slot] = 0;
+                bucket.last_used[slot] = now;
+                slot
             }
         };
-        let entry = &mut bucket[slot];
-        let len = usize::from(entry.len);
-        if let Some(holder) = entry.holders[..len].iter_mut().find(|h| h.0 == key) {
+        bucket.last_used[slot] = bucket.last_used[slot].max(now);
+        let len = usize::from(bucket.lens[slot]);
+        let holders = &mut bucket.holders[slot];
+        if let Some(holder) = holders[..len].iter_mut().find(|h| h.0 == key) {
             if now.saturating_sub(holder.1) < REFRESH_AFTER_MS {
                 return false;
             }
@@ -188,10 +193,10 @@ impl PrefixIndex {
             return true;
         }
         if len < HOLDERS_PER_ENTRY {
-            entry.holders[len] = (key, now);
-            entry.len += 1;
-        } else if let Some(oldest) = (0..len).min_by_key(|&i| entry.holders[i].1) {
-            entry.holders[oldest] = (key, now);
+            holders[len] = (key, now);
+            bucket.lens[slot] += 1;
+        } else if let Some(oldest) = (0..len).min_by_key(|&i| holders[i].1) {
+            holders[oldest] = (key, now);
         }
         true
     }
@@ -233,7 +238,9 @@ mod tests {
         assert_eq!(index.matched_blocks(&eps, &[hashes[0]]), vec![1]);
         assert_eq!(index.matched_blocks(&eps, &[hashes[1]]), vec![0]);
         assert_eq!(index.matched_blocks(&eps, &[999]), vec![1]);
-        let remembered = (98..1000).filter(|&h| index.entry(h).is_some()).count();
+        let remembered = (98..1000)
+            .filter(|&h| index.holders_of(h).is_some())
+            .count();
         assert_eq!(remembered, ENTRIES_PER_BUCKET);
     }
 
