@@ -580,9 +580,12 @@ fn a_request_costs_the_same_host_calls_whatever_its_prompt_and_pool() {
             per_request.push(calls);
         }
     }
+    // A request that is the first to see a new snapshot (published every scrape) also reads
+    // it: one call more, whatever the prompt and pool.
+    let least = per_request.iter().copied().fold(f64::MAX, f64::min);
     assert!(
-        per_request.iter().all(|&c| c == per_request[0]),
+        per_request.iter().all(|&c| c <= least + 1.0),
         "host calls per request vary with the prompt or the pool: {per_request:?}"
     );
-    assert!(per_request[0] <= 10.0, "{per_request:?}");
+    assert!(least <= 10.0, "{per_request:?}");
 }
