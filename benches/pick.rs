@@ -50,6 +50,27 @@ fn quantiles(samples: &mut [f64]) -> (f64, f64, f64) {
     (at(0.5), at(0.9), at(0.99))
 }
 
+/// Times one decision per body over `snapshot` with a fresh picker and prefix index (each
+/// body is built just before its decision, outside the timed part).
+fn time_decisions(snapshot: &Snapshot, bodies: impl Iterator<Item = String>) -> (f64, f64, f64) {
+    let config = FilterConfig::default();
+    let mut store = PrefixIndex::new(config.prefix_index_buckets);
+    let mut picker = Picker::new(1);
+    let mut samples = Vec::new();
+    for body in bodies {
+        let incoming = Incoming {
+            path: "/v1/completions",
+            body: Some(body.as_bytes()),
+            ..Incoming::default()
+        };
+        let start = Instant::now();
+        let outcome = picker.decide(Some(snapshot), &config, &incoming, |_| 0, &mut store);
+        samples.push(start.elapsed().as_nanos() as f64 / 1000.0);
+        assert!(matches!(outcome, Outcome::Route(_)), "{outcome:?}");
+    }
+    quantiles(&mut samples)
+}
+
 /// Decisions over 3 endpoints with unique prompts of each size.
 fn decisions_by_prompt_size() {
     for (label, bytes, count) in [
@@ -57,25 +78,11 @@ fn decisions_by_prompt_size() {
         ("100kb", 100 << 10, 200),
         ("1mb", 1 << 20, 40),
     ] {
-        let snapshot = snapshot(3);
-        let config = FilterConfig::default();
-        let mut store = PrefixIndex::new(config.prefix_index_buckets);
-        let mut picker = Picker::new(1);
-        let mut samples = Vec::with_capacity(count);
-        for i in 0..count {
+        let bodies = (0..count).map(|i| {
             let prompt = format!("{i:08} {}", "lorem ipsum ".repeat(bytes / 12));
-            let body = serde_json::json!({"model": "m", "prompt": prompt}).to_string();
-            let incoming = Incoming {
-                path: "/v1/completions",
-                body: Some(body.as_bytes()),
-                ..Incoming::default()
-            };
-            let start = Instant::now();
-            let outcome = picker.decide(Some(&snapshot), &config, &incoming, |_| 0, &mut store);
-            samples.push(start.elapsed().as_nanos() as f64 / 1000.0);
-            assert!(matches!(outcome, Outcome::Route(_)), "{outcome:?}");
-        }
-        let (p50, p90, p99) = quantiles(&mut samples);
+            serde_json::json!({"model": "m", "prompt": prompt}).to_string()
+        });
+        let (p50, p90, p99) = time_decisions(&snapshot(3), bodies);
         println!("DECIDE prompt={label:<6} p50_us={p50:.1} p90_us={p90:.1} p99_us={p99:.1}");
     }
 }
@@ -94,23 +101,7 @@ fn main() {
         .collect();
     println!("pick latency, default profile, 1 KB prompts, {PICKS} picks per size (native, this machine)");
     for n in [8, 100, 1000] {
-        let snapshot = snapshot(n);
-        let mut store = PrefixIndex::new(16_384);
-        let mut picker = Picker::new(1);
-        let config = FilterConfig::default();
-        let mut samples = Vec::with_capacity(PICKS);
-        for body in &bodies {
-            let incoming = Incoming {
-                path: "/v1/completions",
-                body: Some(body.as_bytes()),
-                ..Incoming::default()
-            };
-            let start = Instant::now();
-            let outcome = picker.decide(Some(&snapshot), &config, &incoming, |_| 0, &mut store);
-            samples.push(start.elapsed().as_nanos() as f64 / 1000.0);
-            assert!(matches!(outcome, Outcome::Route(_)), "{outcome:?}");
-        }
-        let (p50, p90, p99) = quantiles(&mut samples);
+        let (p50, p90, p99) = time_decisions(&snapshot(n), bodies.iter().cloned());
         println!("PICK endpoints={n:<5} p50_us={p50:.1} p90_us={p90:.1} p99_us={p99:.1}");
     }
     decisions_by_prompt_size();
