@@ -254,7 +254,6 @@ impl Exchange {
         if !ids.contains(&me) {
             self.registered = false;
         }
-        let mut changed = false;
         let mut silent = Vec::new();
         for &id in ids.iter().filter(|&&id| id != me) {
             let peer = self.peers.entry(id.to_string()).or_default();
@@ -275,7 +274,6 @@ impl Exchange {
                     }
                     peer.written_unix_ms = bulletin.written_unix_ms;
                     peer.in_flight = bulletin.in_flight;
-                    changed = true;
                 }
                 peer.seq = seq;
             }
@@ -287,9 +285,7 @@ impl Exchange {
                 silent.push(id.to_string());
             }
         }
-        let before = self.peers.len();
         self.peers.retain(|id, _| ids.contains(&id.as_str()));
-        changed |= self.peers.len() != before;
         if !silent.is_empty() {
             let kept: Vec<&str> = ids
                 .iter()
@@ -300,13 +296,11 @@ impl Exchange {
             store.set(REGISTRY_KEY, kept.join(" ").as_bytes(), token);
         }
         // Staleness moves with time, so the sums are rebuilt every tick (a few peers).
-        if changed || !self.others_in_flight.is_empty() || !self.peers.is_empty() {
-            self.others_in_flight.clear();
-            for peer in self.peers.values() {
-                if now.saturating_sub(peer.written_unix_ms) < STALE_MS {
-                    for &(key, count) in &peer.in_flight {
-                        *self.others_in_flight.entry(key).or_default() += count;
-                    }
+        self.others_in_flight.clear();
+        for peer in self.peers.values() {
+            if now.saturating_sub(peer.written_unix_ms) < STALE_MS {
+                for &(key, count) in &peer.in_flight {
+                    *self.others_in_flight.entry(key).or_default() += count;
                 }
             }
         }
