@@ -2,8 +2,6 @@
 //! subset hint → body parsing → model rewrite → admission → scheduling. Plain Rust: the
 //! Proxy-Wasm shell only supplies the inputs and applies the outcome.
 
-use std::borrow::Cow;
-
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 
@@ -219,7 +217,7 @@ impl Picker {
             if endpoints.is_empty() {
                 return Err(InferenceError::NoPods);
             }
-            let endpoint = &endpoints[self.rng.below(endpoints.len())];
+            let endpoint = endpoints[self.rng.below(endpoints.len())];
             return Ok(Route {
                 destination: endpoint.host_port(),
                 primary: endpoint.host_port(),
@@ -249,7 +247,7 @@ impl Picker {
         if priority < 0 {
             let saturation = admission::saturation(
                 &snapshot.profile.saturation_detector,
-                endpoints.iter(),
+                endpoints.iter().copied(),
                 incoming.now_unix_ms,
             );
             admission::admit(priority, saturation)?;
@@ -259,7 +257,7 @@ impl Picker {
             .and_then(|t| BASE64.decode(t.trim()).ok())
             .and_then(|bytes| String::from_utf8(bytes).ok());
         let counts: Vec<u64> = if uses(snapshot, |s| matches!(s, ScorerSpec::ActiveRequest(_))) {
-            endpoints.iter().map(&in_flight).collect()
+            endpoints.iter().map(|e| in_flight(e)).collect()
         } else {
             Vec::new()
         };
@@ -283,7 +281,7 @@ impl Picker {
         let chosen: Vec<&Endpoint> = decision
             .picked
             .iter()
-            .filter_map(|&i| endpoints.get(i))
+            .filter_map(|&i| endpoints.get(i).copied())
             .collect();
         let Some(primary) = chosen.first() else {
             return Err(no_candidates());
@@ -307,40 +305,34 @@ impl Picker {
 
 /// The pool, or only its members named by the subset header; of those, only the ready ones
 /// (the controller's scrapes reach them), unless none is ready: a pool whose every scrape
-/// fails is still tried rather than refused.
+/// fails is still tried rather than refused. References into the snapshot: nothing is copied
+/// per endpoint.
 fn candidates<'a>(
     endpoints: &'a [Endpoint],
     subset: Option<&str>,
-) -> Result<Cow<'a, [Endpoint]>, InferenceError> {
-    let named = match subset {
-        None => Cow::Borrowed(endpoints),
-        Some(subset) => {
-            let wanted: Vec<(&str, Option<u16>)> = subset
-                .split(',')
-                .filter_map(|item| split_host_port(item.trim()))
-                .collect();
-            let kept: Vec<Endpoint> = endpoints
+) -> Result<Vec<&'a Endpoint>, InferenceError> {
+    let wanted: Option<Vec<(&str, Option<u16>)>> = subset.map(|subset| {
+        subset
+            .split(',')
+            .filter_map(|item| split_host_port(item.trim()))
+            .collect()
+    });
+    let named = |e: &Endpoint| {
+        wanted.as_ref().is_none_or(|wanted| {
+            wanted
                 .iter()
-                .filter(|e| {
-                    wanted
-                        .iter()
-                        .any(|&(ip, port)| ip == e.address && port.is_none_or(|p| p == e.port))
-                })
-                .cloned()
-                .collect();
-            if kept.is_empty() {
-                return Err(no_candidates());
-            }
-            Cow::Owned(kept)
-        }
+                .any(|&(ip, port)| ip == e.address && port.is_none_or(|p| p == e.port))
+        })
     };
-    let ready = named.iter().filter(|e| e.ready).count();
-    if ready == 0 || ready == named.len() {
-        return Ok(named);
+    let ready: Vec<&Endpoint> = endpoints.iter().filter(|e| e.ready && named(e)).collect();
+    if !ready.is_empty() {
+        return Ok(ready);
     }
-    Ok(Cow::Owned(
-        named.iter().filter(|e| e.ready).cloned().collect(),
-    ))
+    let all: Vec<&Endpoint> = endpoints.iter().filter(|e| named(e)).collect();
+    if all.is_empty() && wanted.is_some() {
+        return Err(no_candidates());
+    }
+    Ok(all)
 }
 
 /// `ip`, `ip:port`, `[v6]` or `[v6]:port` as address and optional port; `None` when empty or
@@ -373,14 +365,14 @@ fn uses(snapshot: &Snapshot, which: impl Fn(&ScorerSpec) -> bool) -> bool {
 }
 
 /// `picked=<ip:port>; <ip:port> total=… <scorer>=…; …` for the best candidates, best first.
-fn explain(decision: &Decision, endpoints: &[Endpoint]) -> String {
+fn explain(decision: &Decision, endpoints: &[&Endpoint]) -> String {
     let mut order: Vec<usize> = (0..decision.candidates.len()).collect();
     order.sort_by(|&a, &b| decision.totals[b].total_cmp(&decision.totals[a]));
     let picked = decision
         .picked
         .iter()
         .filter_map(|&i| endpoints.get(i))
-        .map(Endpoint::host_port)
+        .map(|e| e.host_port())
         .collect::<Vec<_>>()
         .join(",");
     let mut out = format!("picked={picked}");

@@ -61,7 +61,7 @@ pub struct ScoringInput<'a> {
 /// (or is empty).
 pub fn schedule(
     profile: &Profile,
-    endpoints: &[Endpoint],
+    endpoints: &[&Endpoint],
     in_flight: &[u64],
     request: &Request<'_>,
     prefix_index: &mut PrefixIndex,
@@ -82,7 +82,7 @@ pub fn schedule(
     }
     let chosen: Vec<&Endpoint> = candidates
         .iter()
-        .filter_map(|&i| endpoints.get(i))
+        .filter_map(|&i| endpoints.get(i).copied())
         .collect();
     let counts: Vec<u64> = candidates
         .iter()
@@ -195,9 +195,10 @@ mod tests {
         request: &Request<'_>,
         store: &mut PrefixIndex,
     ) -> Decision {
+        let refs: Vec<&Endpoint> = endpoints.iter().collect();
         schedule(
             profile,
-            endpoints,
+            &refs,
             &[],
             request,
             store,
@@ -287,10 +288,11 @@ mod tests {
         };
         let mut store = PrefixIndex::new(64);
         let first = run(&Profile::default(), &endpoints, &request, &mut store).picked;
+        let refs: Vec<&Endpoint> = endpoints.iter().collect();
         for seed in 0..20 {
             let d = schedule(
                 &Profile::default(),
-                &endpoints,
+                &refs,
                 &[],
                 &request,
                 &mut store,

@@ -16,7 +16,7 @@ pub const ROLE_LABEL: &str = "llm-d.ai/role";
 /// Applies one filter to `candidates`.
 pub fn apply(
     spec: &FilterSpec,
-    endpoints: &[Endpoint],
+    endpoints: &[&Endpoint],
     candidates: Vec<usize>,
     request: &Request<'_>,
 ) -> Vec<usize> {
@@ -24,7 +24,7 @@ pub fn apply(
         candidates
             .iter()
             .copied()
-            .filter(|&i| endpoints.get(i).is_some_and(pred))
+            .filter(|&i| endpoints.get(i).is_some_and(|e| pred(e)))
             .collect()
     };
     match spec {

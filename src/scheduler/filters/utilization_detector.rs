@@ -51,6 +51,7 @@ mod tests {
             scraped(3, 0, 0.8, 0),   // kv at threshold
             scraped(4, 0, 0.0, 500), // stale
         ];
+        let endpoints: Vec<&Endpoint> = endpoints.iter().collect();
         let request = Request {
             now_unix_ms: NOW,
             ..Request::default()
