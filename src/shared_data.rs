@@ -1,6 +1,6 @@
-//! The interface to proxy-wasm shared data that the plain modules ([`crate::lease`],
-//! [`crate::exchange`]) are written against, so they are tested natively; the shim implements
-//! it with the host calls.
+//! The interfaces to proxy-wasm shared data and shared queues that the plain modules
+//! ([`crate::lease`], [`crate::exchange`]) are written against, so they are tested natively;
+//! the shim implements them with the host calls.
 
 /// Shared data with the host's semantics: a read gives the value and its compare-and-swap
 /// token; a write with a token fails if the value changed since, and a write without one (or
@@ -14,12 +14,27 @@ pub trait SharedStore {
     fn set(&self, key: &str, value: &[u8], token: Option<u32>) -> bool;
 }
 
+/// Shared queues with the host's semantics: a queue is registered under a name by the worker
+/// whose thread is called back when something is enqueued to it, and resolved by name by the
+/// others. Every call is one host call; an enqueue also posts a callback to the registering
+/// worker's thread.
+pub trait SharedQueues {
+    /// Registers (or takes over) the queue `name` for this worker; its id.
+    fn register(&self, name: &str) -> Option<u32>;
+    /// The id of the queue another worker registered as `name`.
+    fn resolve(&self, name: &str) -> Option<u32>;
+    /// Appends `message` to the queue; whether it was taken.
+    fn enqueue(&self, queue: u32, message: &[u8]) -> bool;
+    /// Takes the oldest message of the queue, `None` when it is empty (or on a host error).
+    fn dequeue(&self, queue: u32) -> Option<Vec<u8>>;
+}
+
 #[cfg(test)]
 pub(crate) mod fake {
     use std::cell::{Cell, RefCell};
-    use std::collections::HashMap;
+    use std::collections::{HashMap, VecDeque};
 
-    use super::SharedStore;
+    use super::{SharedQueues, SharedStore};
 
     /// Shared data as the host implements it: one token counter for all writes, the token
     /// checked only when the key exists. Counts every call.
@@ -27,6 +42,8 @@ pub(crate) mod fake {
     pub struct Host {
         data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
         next_token: RefCell<u32>,
+        queue_names: RefCell<HashMap<String, u32>>,
+        queues: RefCell<HashMap<u32, VecDeque<Vec<u8>>>>,
         calls: Cell<usize>,
     }
 
@@ -63,6 +80,38 @@ pub(crate) mod fake {
             *next += 1;
             data.insert(key.to_string(), (value.to_vec(), *next));
             true
+        }
+    }
+
+    impl SharedQueues for Host {
+        fn register(&self, name: &str) -> Option<u32> {
+            self.calls.set(self.calls.get() + 1);
+            let mut names = self.queue_names.borrow_mut();
+            let next = names.len() as u32 + 1;
+            let id = *names.entry(name.to_string()).or_insert(next);
+            self.queues.borrow_mut().entry(id).or_default();
+            Some(id)
+        }
+
+        fn resolve(&self, name: &str) -> Option<u32> {
+            self.calls.set(self.calls.get() + 1);
+            self.queue_names.borrow().get(name).copied()
+        }
+
+        fn enqueue(&self, queue: u32, message: &[u8]) -> bool {
+            self.calls.set(self.calls.get() + 1);
+            match self.queues.borrow_mut().get_mut(&queue) {
+                Some(q) => {
+                    q.push_back(message.to_vec());
+                    true
+                }
+                None => false,
+            }
+        }
+
+        fn dequeue(&self, queue: u32) -> Option<Vec<u8>> {
+            self.calls.set(self.calls.get() + 1);
+            self.queues.borrow_mut().get_mut(&queue)?.pop_front()
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The filter's root context and the per-worker state every HTTP context of this worker
 //! shares: the decoded snapshot, the picker, this worker's prefix index and in-flight counts,
-//! and its side of the exchange with the other workers ([`crate::exchange`]). A decision
-//! makes no shared-data call; the worker's timer tick does the sharing, and, when the
-//! configuration names a controller cluster, drives this worker's leased poller.
+//! and its side of the exchange with the other workers ([`crate::exchange`]). A decision reads
+//! the snapshot's identity key and, when the worker has peers, enqueues one message to each;
+//! the worker's inbox callback learns theirs; its slow timer tick is the exchange's heartbeat
+//! and, when the configuration names a controller cluster, drives its leased poller.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -16,21 +17,20 @@ use super::calls::{self, counted};
 use super::http::PickerHttp;
 use super::leased_poller::LeasedPoller;
 use super::phase_metrics;
-use super::shared::{self, now_ns, now_unix_ms, SharedHost};
-use crate::exchange::Exchange;
+use super::shared::{self, now_ns, now_unix_ms, QueueHost, SharedHost};
+use crate::exchange::{self, Exchange};
 use crate::picker::{Incoming, Outcome, Picker};
 use crate::plugin_config::FilterConfig;
 use crate::scheduler::prefix::PrefixIndex;
 use crate::snapshot::Snapshot;
 
-/// The worker's tick: how often it shares with the other workers (so a record reaches them
-/// within about this long) and decodes a new snapshot off the request path. A trade-off
-/// measured on the 2-core VM: a tick costs Envoy about 0.2 ms of CPU even when the callback
-/// returns at once (the timer and the entry into the VM), so 10 ms ticks cost 2 % of a core
-/// per worker; but with 50 ms ticks two workers sent a shared prompt arriving every few ms to
-/// two servers (18 of 30 requests to the second, tests/scheduling.rs), since each decided
-/// before it learnt the other's record. Stickiness wins.
-const TICK: Duration = Duration::from_millis(10);
+/// The worker's tick: the exchange's heartbeat, and a new snapshot decoded off the request
+/// path when no request has read it yet. Records and in-flight changes do not wait for it
+/// (they are pushed through the peers' queues as decisions happen), so it can be slow: a tick
+/// costs Envoy about 0.2 ms of CPU on the 2-core benchmark VM even when the callback returns
+/// at once (measured: an idle Envoy used 26 ms/s with an empty 10 ms tick, 6 ms/s with a 1 s
+/// one), which at 10 ms was more than the requests themselves cost at 100 req/s.
+const TICK: Duration = Duration::from_millis(exchange::HEARTBEAT_MS);
 
 /// Envoy metrics the filter defines (shown as `wasmcustom.<name>`).
 struct Metrics {
@@ -61,6 +61,7 @@ pub struct Worker {
     /// This worker's requests in flight per endpoint key.
     in_flight: HashMap<u64, u32>,
     exchange: Exchange,
+    queues: QueueHost,
     snapshot: Option<Rc<Snapshot>>,
     /// The published identity text `snapshot` was decoded for (or last failed to decode).
     snapshot_key: Option<Vec<u8>>,
@@ -97,19 +98,31 @@ impl Worker {
         outcome
     }
 
-    /// Counts a request in flight to the endpoint `key` until [`end`](Self::end).
+    /// Counts a routed request in flight to the endpoint `key` until [`end`](Self::end), and
+    /// sends the decision's prefix records and in-flight changes to the other workers: one
+    /// enqueue per peer (counted), none for a worker alone.
     pub fn begin(&mut self, key: u64) {
         *self.in_flight.entry(key).or_default() += 1;
+        self.exchange.note_in_flight(key, 1);
+        calls::add(self.exchange.send(&self.queues, &mut self.index));
     }
 
-    /// Ends a request counted by [`begin`](Self::begin).
+    /// Ends a request counted by [`begin`](Self::begin); the change reaches the other workers
+    /// with this worker's next message or heartbeat.
     pub fn end(&mut self, key: u64) {
         if let Some(count) = self.in_flight.get_mut(&key) {
             *count = count.saturating_sub(1);
             if *count == 0 {
                 self.in_flight.remove(&key);
             }
+            self.exchange.note_in_flight(key, -1);
         }
+    }
+
+    /// Learns what the other workers sent to this worker's inbox `queue`.
+    fn on_queue_ready(&mut self, queue: u32) {
+        self.exchange
+            .receive(&self.queues, queue, now_unix_ms(), &mut self.index);
     }
 
     /// Reports a finished request's host calls (two counter updates, not counted).
@@ -122,11 +135,15 @@ impl Worker {
         }
     }
 
-    /// The tick's work: share with the other workers, then take a new snapshot if one was
-    /// published.
+    /// The tick's work: the exchange's heartbeat, then a new snapshot if one was published.
     fn on_tick(&mut self) {
-        self.exchange
-            .tick(&SharedHost, now_unix_ms(), &mut self.index, &self.in_flight);
+        self.exchange.tick(
+            &SharedHost,
+            &self.queues,
+            now_unix_ms(),
+            &mut self.index,
+            &self.in_flight,
+        );
         let _ = self.refresh_snapshot();
     }
 
@@ -168,13 +185,17 @@ impl FilterRoot {
             poller.start();
             poller
         });
-        let poller_every = poller.as_ref().map_or(1, |p| {
-            (p.config().retry_ms / TICK.as_millis() as u64).max(1)
+        // A leased poller takes its turns at its retry period, which the tick then follows.
+        let tick = poller.as_ref().map_or(TICK, |p| {
+            TICK.min(Duration::from_millis(p.config().retry_ms.max(10)))
         });
-        if let Err(status) = hostcalls::set_tick_period(TICK) {
+        let poller_every = poller.as_ref().map_or(1, |p| {
+            (p.config().retry_ms / tick.as_millis() as u64).max(1)
+        });
+        if let Err(status) = hostcalls::set_tick_period(tick) {
             log::error!("wasm-epp: cannot set the tick period: {status:?}");
         }
-        FilterRoot {
+        let root = FilterRoot {
             poller,
             poller_every,
             ticks: 0,
@@ -187,16 +208,28 @@ impl FilterRoot {
                 },
                 in_flight: HashMap::new(),
                 exchange: Exchange::new(),
+                queues: QueueHost {
+                    vm_id: shared::vm_id(),
+                },
                 snapshot: None,
                 snapshot_key: None,
                 metrics: Metrics::define(),
             })),
-        }
+        };
+        // Join the exchange now rather than a heartbeat later: the peers already running
+        // learn of this worker from its first message.
+        root.worker.borrow_mut().on_tick();
+        root
     }
 
     /// A new HTTP context on this worker.
     pub fn new_http(&self) -> PickerHttp {
         PickerHttp::new(self.worker.clone())
+    }
+
+    /// Learns what the other workers sent to this worker's inbox `queue`.
+    pub fn on_queue_ready(&mut self, queue: u32) {
+        self.worker.borrow_mut().on_queue_ready(queue);
     }
 
     /// The leased poller, if this filter polls the controller itself.

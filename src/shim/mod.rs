@@ -65,6 +65,12 @@ impl RootContext for Root {
         }
     }
 
+    fn on_queue_ready(&mut self, queue_id: u32) {
+        if let Root::Filter(f) = self {
+            f.on_queue_ready(queue_id);
+        }
+    }
+
     fn on_tick(&mut self) {
         match self {
             Root::Poller(p) => p.on_tick(),

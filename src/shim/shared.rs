@@ -10,7 +10,7 @@ use std::time::UNIX_EPOCH;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 
-use crate::shared_data::SharedStore;
+use crate::shared_data::{SharedQueues, SharedStore};
 use crate::snapshot::SnapshotId;
 
 /// Key holding the snapshot's identity (`<version>@<instance>`).
@@ -55,6 +55,15 @@ pub fn now_unix_ms() -> u64 {
     now_ns() / 1_000_000
 }
 
+/// This plugin's `vm_id` (the namespace of its shared data and queues), read once.
+pub fn vm_id() -> String {
+    hostcalls::get_property(vec!["plugin_vm_id"])
+        .ok()
+        .flatten()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .unwrap_or_default()
+}
+
 /// Shared data through the host calls, for the plain modules (lease, exchange).
 pub struct SharedHost;
 
@@ -65,5 +74,33 @@ impl SharedStore for SharedHost {
 
     fn set(&self, key: &str, value: &[u8], token: Option<u32>) -> bool {
         hostcalls::set_shared_data(key, Some(value), token).is_ok()
+    }
+}
+
+/// Shared queues through the host calls, for the exchange between workers: a queue is resolved
+/// within this plugin's `vm_id`. An enqueue takes the host's queue mutex, copies the message
+/// and posts a callback to the registering worker's event loop.
+pub struct QueueHost {
+    /// The plugin's `vm_id`.
+    pub vm_id: String,
+}
+
+impl SharedQueues for QueueHost {
+    fn register(&self, name: &str) -> Option<u32> {
+        hostcalls::register_shared_queue(name).ok()
+    }
+
+    fn resolve(&self, name: &str) -> Option<u32> {
+        hostcalls::resolve_shared_queue(&self.vm_id, name)
+            .ok()
+            .flatten()
+    }
+
+    fn enqueue(&self, queue: u32, message: &[u8]) -> bool {
+        hostcalls::enqueue_shared_queue(queue, Some(message)).is_ok()
+    }
+
+    fn dequeue(&self, queue: u32) -> Option<Vec<u8>> {
+        hostcalls::dequeue_shared_queue(queue).ok().flatten()
     }
 }
