@@ -181,6 +181,15 @@ def _summary(per_round: list[dict]) -> dict:
     return summary
 
 
+def measure_idle(pids: dict[str, list[int]], seconds: float = 5.0) -> dict[str, float]:
+    """CPU each mode's processes use with no requests (ms of CPU per second, the same window
+    for all): the fixed cost of polling snapshots and timers, paid whatever the traffic."""
+    before, started = {m: _cpu(p) for m, p in pids.items()}, time.monotonic()
+    time.sleep(seconds)
+    wall = time.monotonic() - started
+    return {m: (_cpu(p) - before[m]) / wall * 1000 for m, p in pids.items()}
+
+
 def measure_size(ctx, procs, sims, controller, size: Size, rounds: int) -> tuple[dict, float]:
     """One prompt size with fresh Envoys (and ext_proc server), so each picker's decision
     times are this size's alone. Returns the size's results and the controller's CPU
@@ -195,6 +204,7 @@ def measure_size(ctx, procs, sims, controller, size: Size, rounds: int) -> tuple
     common.wait_picking(envoys["extproc"].url, proc=extproc.proc)
     pids = {"plain": [envoys["plain"].proc.pid], "wasm": [envoys["wasm"].proc.pid],
             "extproc": [envoys["extproc"].proc.pid, extproc.proc.pid]}
+    idle = measure_idle(pids)
     for mode in MODES:  # warm-up: connections, V8 tiers, allocator pools
         _check(_load(ctx, procs, envoys[mode], size, f"warm-{mode}-{size.key}", 20), mode,
                sim_names)
@@ -224,6 +234,7 @@ def measure_size(ctx, procs, sims, controller, size: Size, rounds: int) -> tuple
     procs.stop([envoys["wasm"].proc, envoys["plain"].proc])
     phases = measure_phases(ctx, procs, controller, size, sim_names)
     return {"label": size.label, "prompt_bytes": size.prompt_bytes, "rate_per_s": size.rate,
+            "idle_cpu_ms_per_s": idle,
             "requests_per_round": size.requests, "rounds": rounds, "per_round": per_round,
             "summary": _summary(per_round), "decision_us": decisions, "phases_us": phases,
             "instances": instances}, controller_cpu
@@ -472,6 +483,12 @@ def markdown(ctx, latency: dict, pick: dict, figure: str) -> str:
               common.ratio(row["summary"]["extproc"]["cpu_us_per_req"],
                            row["summary"]["wasm"]["cpu_us_per_req"])]
              for row in sizes.values()]),
+        "",
+        "Idle, before each size's runs (ms of CPU per second, no requests, the same 5 s for "
+        "all; at r req/s a mode's idle cost adds 1000/r times this to its µs per request): "
+        + "; ".join(f"{row['label']}: " + ", ".join(
+            f"{LABELS[m]} {common.fmt(row['idle_cpu_ms_per_s'][m])}" for m in MODES)
+            for row in sizes.values() if "idle_cpu_ms_per_s" in row) + ".",
         "",
         "**Time of one decision in those runs** (µs, all requests of that size, warm-up "
         "included; 3 endpoints): the filter's `wasmcustom.wasm_epp_decision_ns` inside "

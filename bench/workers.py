@@ -1,8 +1,10 @@
 """Section `workers`: does picking stay as good when Envoy runs several workers?
 
-Each Envoy worker runs its own Wasm VM. wasm-epp keeps its prefix index and in-flight counts in
-proxy-wasm shared data, so every worker learns from every other worker's decisions; an index per
-worker would send each group's requests to up to one server per worker and lose prefix hits.
+Each Envoy worker runs its own Wasm VM with its own prefix index and in-flight counts; after each
+decision a worker pushes its new records and count changes to the other workers' inboxes
+(proxy-wasm shared queues), so every worker learns from every other worker's decisions; an index
+per worker that learnt only its own would send each group's requests to up to one server per
+worker and lose prefix hits.
 The same shared-prefix workload goes through wasm-epp with `--concurrency 1` and `--concurrency
 4` (simulators restarted in between, so both start cold), and through round-robin for scale.
 Reported: the simulators' prefix-cache hit rate, TTFT, how the picks spread over the servers,
@@ -89,9 +91,9 @@ many connections, which Envoy spreads over its workers.
 
 {table}
 
-Ratios: {listed}. A ratio near 1 means the workers share what they learn: the prefix index and
-in-flight counts live in shared data, so a fourth of the decisions per worker does not mean a
-fourth of the knowledge. Compare TTFT at p50: with 24 groups, about one request in ten is the
+Ratios: {listed}. A ratio near 1 means the workers share what they learn: each pushes its prefix
+records and in-flight changes to the others as it decides, so a fourth of the decisions per
+worker does not mean a fourth of the knowledge. Compare TTFT at p50: with 24 groups, about one request in ten is the
 first of its group and misses on every server, so the p90 sits on that boundary and jumps
 between a hit's and a miss's TTFT from run to run.
 """

@@ -11,10 +11,12 @@
 //!    `wasm-epp.worker.<id>.alive` and enters the id in the registry [`REGISTRY_KEY`]
 //!    (space-separated ids, at most [`MAX_WORKERS`], compare-and-swap);
 //! 2. after each routed decision [`send`](Exchange::send)s its new prefix records and its
-//!    in-flight changes as one message to each live peer that serves requests: one enqueue per
-//!    such peer, none when it is alone, whatever the prompt length or the pool size. A peer
-//!    that has not routed a request yet (Envoy's main-thread instance of the filter never does)
-//!    gets the records with the next heartbeat instead, so it costs no callback per request;
+//!    in-flight changes as one message to each live *active* peer: one enqueue per such peer,
+//!    none when it is alone, whatever the prompt length or the pool size. A peer is active
+//!    while it routes requests or is younger than [`ACTIVE_MS`]; one that has routed nothing for
+//!    that long (Envoy's main-thread instance of the filter never routes) says so in its
+//!    heartbeat and then gets records and counts with the heartbeats only, so it costs no
+//!    callback per request; its next decision makes it active again;
 //! 3. when its inbox is ready, [`receive`](Exchange::receive)s every waiting message: records
 //!    are learnt into its index, counts applied to that peer's table;
 //! 4. on its heartbeat ([`tick`](Exchange::tick), every [`HEARTBEAT_MS`]) re-stamps its key,
@@ -54,8 +56,10 @@ const MAX_MESSAGES_PER_READY: usize = 4_096;
 const MAGIC: u64 = u64::from_le_bytes(*b"wasmepq\x01");
 /// Flag: the message's counts are the sender's whole table, not changes.
 const WHOLE_TABLE: u64 = 1;
-/// Flag: the sender has routed requests (and wants every decision's records at once).
-const SERVING: u64 = 2;
+/// Flag: the sender is active (and wants every decision's records and counts at once).
+const ACTIVE: u64 = 2;
+/// A worker that has routed no request for this long (and is older than this) is inactive.
+pub const ACTIVE_MS: u64 = 10_000;
 /// Most record words kept for the peers that get them with the heartbeat.
 const BACKLOG_MAX_WORDS: usize = crate::scheduler::prefix::index::OUTBOX_MAX_WORDS;
 
@@ -76,8 +80,8 @@ pub struct Message {
     pub sender: String,
     /// Whether `counts` is the sender's whole in-flight table (else changes to it).
     pub whole_table: bool,
-    /// Whether the sender has routed requests.
-    pub serving: bool,
+    /// Whether the sender is active.
+    pub active: bool,
     /// In-flight counts (or changes) by endpoint key.
     pub counts: Vec<(u64, i64)>,
     /// Prefix record groups, as [`PrefixIndex::take_outbox`] gives them.
@@ -100,7 +104,7 @@ impl Message {
             put(u64::from_le_bytes(word));
         }
         let flag = |on: bool, bit: u64| if on { bit } else { 0 };
-        put(flag(self.whole_table, WHOLE_TABLE) | flag(self.serving, SERVING));
+        put(flag(self.whole_table, WHOLE_TABLE) | flag(self.active, ACTIVE));
         put(self.counts.len() as u64);
         for &(key, count) in &self.counts {
             put(key);
@@ -134,7 +138,7 @@ impl Message {
         Some(Message {
             sender,
             whole_table: flags & WHOLE_TABLE != 0,
-            serving: flags & SERVING != 0,
+            active: flags & ACTIVE != 0,
             counts: pairs.chunks_exact(2).map(|p| (p[0], p[1] as i64)).collect(),
             records: records.to_vec(),
         })
@@ -156,8 +160,8 @@ struct Peer {
     id: String,
     /// Its inbox queue.
     queue: u32,
-    /// It has routed requests: it gets every decision's records at once.
-    serving: bool,
+    /// It is active: it gets every decision's records and counts at once.
+    active: bool,
 }
 
 /// One worker's side of the exchange; see the module docs.
@@ -166,11 +170,15 @@ pub struct Exchange {
     me: Option<HolderId>,
     inbox: Option<u32>,
     registered: bool,
-    /// This worker has routed requests.
-    serving: bool,
+    /// Whether this worker told its peers it is active.
+    active: bool,
+    /// This worker routed a request since its last heartbeat.
+    decided: bool,
+    /// When this worker started or last routed a request (at heartbeat precision).
+    last_active_unix_ms: u64,
     /// Live peers.
     peers: Vec<Peer>,
-    /// Records for the peers that are not serving yet, sent with the next heartbeat.
+    /// Records for the inactive peers, sent with the next heartbeat.
     backlog: Vec<u64>,
     senders: HashMap<String, Sender>,
     /// The live senders' in-flight counts, summed per endpoint key.
@@ -199,8 +207,8 @@ impl Exchange {
 
     /// Live peers this worker sends to: all of them, and those that get every decision.
     pub fn peers(&self) -> (usize, usize) {
-        let serving = self.peers.iter().filter(|p| p.serving).count();
-        (self.peers.len(), serving)
+        let active = self.peers.iter().filter(|p| p.active).count();
+        (self.peers.len(), active)
     }
 
     /// Requests the other live workers have in flight to the endpoint `key`.
@@ -219,14 +227,15 @@ impl Exchange {
     }
 
     /// After a routed decision: sends `index`'s new records and the pending in-flight changes
-    /// to every live serving peer, as one message each, and keeps the records for the others'
-    /// next heartbeat; returns the host calls made (one enqueue per serving peer). Alone,
+    /// to every live active peer, as one message each, and keeps the records for the others'
+    /// next heartbeat; returns the host calls made (one enqueue per active peer). Alone,
     /// nothing is sent and nothing kept.
     pub fn send(&mut self, queues: &impl SharedQueues, index: &mut PrefixIndex) -> u64 {
-        let first = !self.serving;
-        self.serving = true;
+        let woke = !self.active;
+        self.active = true;
+        self.decided = true;
         let records = index.take_outbox();
-        if self.peers.iter().any(|p| !p.serving) {
+        if self.peers.iter().any(|p| !p.active) {
             if self.backlog.len() + records.len() > BACKLOG_MAX_WORDS {
                 self.backlog.clear();
             }
@@ -234,12 +243,12 @@ impl Exchange {
                 self.backlog.extend_from_slice(&records);
             }
         }
-        if !first && records.is_empty() && self.pending.iter().all(|c| c.1 == 0) {
+        if !woke && records.is_empty() && self.pending.iter().all(|c| c.1 == 0) {
             return 0;
         }
         let counts = std::mem::take(&mut self.pending);
-        // The first decision goes to every peer: it tells them this worker now serves.
-        self.broadcast(queues, |p| first || p.serving, false, counts, records)
+        // A worker waking up tells every peer, so they send it everything again.
+        self.broadcast(queues, |p| woke || p.active, false, counts, records)
     }
 
     /// One heartbeat at `now_unix_ms`: see the module docs, step 4. `in_flight` is this
@@ -265,6 +274,10 @@ impl Exchange {
             // Without an inbox nothing can reach this worker: stay out of the registry.
             return;
         }
+        if self.last_active_unix_ms == 0 || std::mem::take(&mut self.decided) {
+            self.last_active_unix_ms = now_unix_ms;
+        }
+        self.active = now_unix_ms.saturating_sub(self.last_active_unix_ms) < ACTIVE_MS;
         store.set(
             &alive_key(me.as_str()),
             now_unix_ms.to_string().as_bytes(),
@@ -278,10 +291,10 @@ impl Exchange {
         self.pending.clear();
         let table: Vec<(u64, i64)> = in_flight.iter().map(|(&k, &n)| (k, i64::from(n))).collect();
         let mut records = index.take_outbox();
-        self.broadcast(queues, |p| p.serving, true, table.clone(), records.clone());
+        self.broadcast(queues, |p| p.active, true, table.clone(), records.clone());
         let mut backlog = std::mem::take(&mut self.backlog);
         backlog.append(&mut records);
-        self.broadcast(queues, |p| !p.serving, true, table, backlog);
+        self.broadcast(queues, |p| !p.active, true, table, backlog);
     }
 
     /// Takes the messages waiting in `queue` (if it is this worker's inbox) and learns them into
@@ -324,14 +337,14 @@ impl Exchange {
             return;
         }
         match self.peers.iter_mut().find(|p| p.id == message.sender) {
-            Some(peer) => peer.serving = message.serving,
+            Some(peer) => peer.active = message.active,
             None => {
                 // A worker that started after this one's last heartbeat: answer it from now on.
                 if let Some(queue) = queues.resolve(&inbox_name(&message.sender)) {
                     self.peers.push(Peer {
                         id: message.sender.clone(),
                         queue,
-                        serving: message.serving,
+                        active: message.active,
                     });
                 }
             }
@@ -404,7 +417,8 @@ impl Exchange {
                     queues.resolve(&inbox_name(id)).map(|queue| Peer {
                         id: id.to_string(),
                         queue,
-                        serving: false,
+                        // Presumed active until its heartbeat says otherwise.
+                        active: true,
                     })
                 });
                 live.extend(peer);
@@ -436,7 +450,7 @@ impl Exchange {
         let message = Message {
             sender: me.as_str().to_string(),
             whole_table,
-            serving: self.serving,
+            active: self.active,
             counts,
             records,
         };
@@ -529,27 +543,12 @@ mod tests {
         workers
     }
 
-    /// `n` started workers that have each routed (and ended) one request to endpoint 0, so
-    /// each is a serving peer of the others.
-    fn serving(host: &Host, n: usize) -> Vec<Worker> {
-        let mut workers = started(host, n);
-        for w in &mut workers {
-            w.decide(host, 0, &[], 1_000);
-            w.end(0);
-        }
-        for w in &mut workers {
-            w.ready(host, 1_000);
-        }
-        assert!(workers.iter().all(|w| w.exchange.peers() == (n - 1, n - 1)));
-        workers
-    }
-
     #[test]
     fn messages_round_trip_and_garbage_is_refused() {
         let message = Message {
             sender: "12.345678901".to_string(),
             whole_table: true,
-            serving: true,
+            active: true,
             counts: vec![(1, 2), (3, -4)],
             records: vec![9, 8, 1, 5],
         };
@@ -577,7 +576,7 @@ mod tests {
             .collect();
         assert!(ids[0] != ids[1] && ids[1] != ids[2]);
         // The first worker met the later ones through their first heartbeat messages.
-        assert!(workers.iter().all(|w| w.exchange.peers() == (2, 0)));
+        assert!(workers.iter().all(|w| w.exchange.peers() == (2, 2)));
         let owned = [endpoint(1, 0, 0.0), endpoint(2, 0, 0.0)];
         let eps = [&owned[0], &owned[1]];
         assert_eq!(
@@ -603,7 +602,7 @@ mod tests {
     #[test]
     fn in_flight_counts_follow_the_messages_and_expire_with_their_sender() {
         let host = Host::default();
-        let mut w = serving(&host, 3);
+        let mut w = started(&host, 3);
         w[0].decide(&host, 5, &[1], 1_001);
         w[0].decide(&host, 5, &[2], 1_001);
         w[1].decide(&host, 5, &[3], 1_001);
@@ -647,9 +646,9 @@ mod tests {
     }
 
     #[test]
-    fn a_decision_costs_one_enqueue_per_serving_peer_whatever_its_records() {
+    fn a_decision_costs_one_enqueue_per_active_peer_whatever_its_records() {
         let host = Host::default();
-        let mut w = serving(&host, 2);
+        let mut w = started(&host, 2);
         let cost = |records: u64, w: &mut Worker, now: u64| {
             let hashes: Vec<u64> = (1..=records).map(|h| h * 7919 + now).collect();
             let before = host.calls();
@@ -659,18 +658,30 @@ mod tests {
         };
         assert_eq!(cost(1, &mut w[0], 2_000), 1);
         assert_eq!(cost(2_000, &mut w[0], 3_000), 1);
-        // A peer that never routes (Envoy's main-thread instance) costs no call per decision
-        // and gets the records with the heartbeat.
+        // A peer that routes nothing (Envoy's main-thread instance) becomes inactive: it then
+        // costs no call per decision and gets the records with the heartbeat.
         let mut idle = Worker::new();
         idle.tick(&host, 3_000);
         w[0].ready(&host, 3_000);
+        assert_eq!(w[0].exchange.peers(), (2, 2), "active while young");
+        let later = 3_000 + ACTIVE_MS;
+        w[1].decide(&host, 1, &[], later - 1);
+        w[0].tick(&host, later);
+        w[1].tick(&host, later);
+        idle.tick(&host, later);
+        w[0].ready(&host, later);
         assert_eq!(w[0].exchange.peers(), (2, 1));
-        assert_eq!(cost(5, &mut w[0], 3_001), 1);
-        assert_eq!(idle.ready(&host, 3_002), 0);
-        w[0].tick(&host, 4_000);
-        assert_eq!(idle.ready(&host, 4_000), 1);
-        let hashes: Vec<u64> = (1..=5).map(|h| h * 7919 + 3_001).collect();
+        idle.ready(&host, later);
+        assert_eq!(cost(5, &mut w[0], later + 1), 1);
+        assert_eq!(idle.ready(&host, later + 2), 0);
+        w[0].tick(&host, later + 1_000);
+        assert_eq!(idle.ready(&host, later + 1_000), 1);
+        let hashes: Vec<u64> = (1..=5).map(|h| h * 7919 + later + 1).collect();
         assert!(hashes.iter().all(|&h| idle.index.has_holder(h, 99)));
+        // Its next decision makes it active again, at once for every peer.
+        assert_eq!(idle.decide(&host, 7, &[1], later + 1_001), 2);
+        w[0].ready(&host, later + 1_002);
+        assert_eq!(w[0].exchange.peers(), (2, 2));
         // Alone, a decision makes no host call.
         let alone = Host::default();
         let mut solo = started(&alone, 1);

@@ -587,7 +587,9 @@ fn a_request_costs_the_same_host_calls_whatever_its_prompt_and_pool() {
         per_request.iter().all(|&c| c <= least + 1.0),
         "host calls per request vary with the prompt or the pool: {per_request:?}"
     );
-    // Nine of its own, plus one enqueue of its records to the other worker's inbox (Envoy's
-    // main-thread instance of the filter never routes, so it gets them with the heartbeat).
-    assert!(least <= 10.0 + 1.0, "{per_request:?}");
+    // Nine of its own, plus one enqueue of its records to each other active instance of the
+    // filter: the other worker and, in their first ten seconds (this test's), the instances
+    // Envoy keeps on its main thread, which route nothing and after that get the records with
+    // the heartbeat only (the exchange's unit tests show that). Three here.
+    assert!(least <= 9.0 + 3.0, "{per_request:?}");
 }
