@@ -31,6 +31,11 @@ use crate::snapshot::Snapshot;
 /// at once (measured: an idle Envoy used 26 ms/s with an empty 10 ms tick, 6 ms/s with a 1 s
 /// one), which at 10 ms was more than the requests themselves cost at 100 req/s.
 const TICK: Duration = Duration::from_millis(exchange::HEARTBEAT_MS);
+/// The first ticks come this often, so workers that start together (and missed each other's
+/// registration) find each other within a fraction of a second, not a heartbeat.
+const STARTUP_TICK: Duration = Duration::from_millis(100);
+/// Startup ticks before the tick slows to its steady period.
+const STARTUP_TICKS: u64 = 20;
 
 /// Envoy metrics the filter defines (shown as `wasmcustom.<name>`).
 struct Metrics {
@@ -172,6 +177,8 @@ pub struct FilterRoot {
     poller: Option<LeasedPoller>,
     /// Ticks between two turns of the leased poller (its `retryMs`).
     poller_every: u64,
+    /// The tick period after the startup ticks.
+    steady_tick: Duration,
     ticks: u64,
 }
 
@@ -192,10 +199,11 @@ impl FilterRoot {
         let poller_every = poller.as_ref().map_or(1, |p| {
             (p.config().retry_ms / tick.as_millis() as u64).max(1)
         });
-        if let Err(status) = hostcalls::set_tick_period(tick) {
+        if let Err(status) = hostcalls::set_tick_period(STARTUP_TICK.min(tick)) {
             log::error!("wasm-epp: cannot set the tick period: {status:?}");
         }
         let root = FilterRoot {
+            steady_tick: tick,
             poller,
             poller_every,
             ticks: 0,
@@ -239,6 +247,11 @@ impl FilterRoot {
 
     /// One tick: the worker's sharing and, every `retryMs`, the leased poller's turn.
     pub fn on_tick(&mut self) {
+        if self.ticks == STARTUP_TICKS {
+            if let Err(status) = hostcalls::set_tick_period(self.steady_tick) {
+                log::error!("wasm-epp: cannot set the tick period: {status:?}");
+            }
+        }
         self.worker.borrow_mut().on_tick();
         if self.ticks % self.poller_every == 0 {
             if let Some(poller) = self.poller.as_mut() {

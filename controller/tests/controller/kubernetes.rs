@@ -502,8 +502,16 @@ fn broken_watches_are_resumed() {
     let pod_watches = |fake: &FakeApiServer| count(fake, |r| r.is_watch_of(&PODS, NS));
     let pod_lists =
         |fake: &FakeApiServer| count(fake, |r| r.is_list_of(&PODS, NS) && r.status == 200);
+    // The pod list can reach the snapshot before the watch that follows it is sent.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pod_watches(&fake) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let (watches, lists) = (pod_watches(&fake), pod_lists(&fake));
-    assert!(watches >= 1 && lists >= 1);
+    assert!(
+        watches >= 1 && lists >= 1,
+        "{watches} watches, {lists} lists"
+    );
 
     // The connection breaks mid-stream; a pod added meanwhile still arrives (the watch resumes
     // from the last resource version seen, and the fake replays what came after).
