@@ -31,6 +31,7 @@
 //! silent for [`STALE_MS`] no longer counts in flight and is sent nothing. Everything received
 //! is validated: a malformed message is ignored, never a trap.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use crate::lease::{claim_id_at, HolderId};
@@ -84,33 +85,21 @@ pub struct Message {
     pub active: bool,
     /// In-flight counts (or changes) by endpoint key.
     pub counts: Vec<(u64, i64)>,
-    /// Prefix record groups, as [`PrefixIndex::take_outbox`] gives them.
+    /// Prefix record groups, in [`PrefixIndex::outbox`]'s form.
     pub records: Vec<u64>,
 }
 
 impl Message {
     /// Writes the stored form (little-endian 64-bit words) into `out`, replacing its content.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
-        out.clear();
-        let id = self.sender.as_bytes();
-        let id_words = id.len().div_ceil(8);
-        out.reserve((5 + id_words + 2 * self.counts.len() + self.records.len()) * 8);
-        let mut put = |word: u64| out.extend_from_slice(&word.to_le_bytes());
-        put(MAGIC);
-        put(id.len() as u64);
-        for chunk in id.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            put(u64::from_le_bytes(word));
-        }
-        let flag = |on: bool, bit: u64| if on { bit } else { 0 };
-        put(flag(self.whole_table, WHOLE_TABLE) | flag(self.active, ACTIVE));
-        put(self.counts.len() as u64);
-        for &(key, count) in &self.counts {
-            put(key);
-            put(count as u64);
-        }
-        self.records.iter().for_each(|&w| put(w));
+        encode(
+            out,
+            &self.sender,
+            self.whole_table,
+            self.active,
+            &self.counts,
+            &self.records,
+        );
     }
 
     /// Decodes [`encode_into`](Self::encode_into)'s form; `None` for anything else.
@@ -143,6 +132,37 @@ impl Message {
             records: records.to_vec(),
         })
     }
+}
+
+/// Writes a message from its parts into `out`, replacing its content (no other allocation:
+/// a decision sends its records straight from the index's outbox).
+fn encode(
+    out: &mut Vec<u8>,
+    sender: &str,
+    whole_table: bool,
+    active: bool,
+    counts: &[(u64, i64)],
+    records: &[u64],
+) {
+    out.clear();
+    let id = sender.as_bytes();
+    out.reserve((5 + id.len().div_ceil(8) + 2 * counts.len() + records.len()) * 8);
+    let mut put = |word: u64| out.extend_from_slice(&word.to_le_bytes());
+    put(MAGIC);
+    put(id.len() as u64);
+    for chunk in id.chunks(8) {
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        put(u64::from_le_bytes(word));
+    }
+    let flag = |on: bool, bit: u64| if on { bit } else { 0 };
+    put(flag(whole_table, WHOLE_TABLE) | flag(active, ACTIVE));
+    put(counts.len() as u64);
+    for &(key, count) in counts {
+        put(key);
+        put(count as u64);
+    }
+    records.iter().for_each(|&w| put(w));
 }
 
 /// What this worker was told by another one.
@@ -185,8 +205,8 @@ pub struct Exchange {
     others_in_flight: HashMap<u64, i64>,
     /// This worker's in-flight changes not sent yet.
     pending: Vec<(u64, i64)>,
-    /// Reused encoding buffer.
-    buffer: Vec<u8>,
+    /// Reused encoding buffer (a cell, so a message can be encoded from borrowed state).
+    buffer: RefCell<Vec<u8>>,
 }
 
 impl Exchange {
@@ -234,21 +254,23 @@ impl Exchange {
         let woke = !self.active;
         self.active = true;
         self.decided = true;
-        let records = index.take_outbox();
+        let records = index.outbox();
         if self.peers.iter().any(|p| !p.active) {
             if self.backlog.len() + records.len() > BACKLOG_MAX_WORDS {
                 self.backlog.clear();
             }
             if records.len() <= BACKLOG_MAX_WORDS {
-                self.backlog.extend_from_slice(&records);
+                self.backlog.extend_from_slice(records);
             }
         }
-        if !woke && records.is_empty() && self.pending.iter().all(|c| c.1 == 0) {
-            return 0;
+        let mut sent = 0;
+        if woke || !records.is_empty() || self.pending.iter().any(|c| c.1 != 0) {
+            // A worker waking up tells every peer, so they send it everything again.
+            sent = self.broadcast(queues, |p| woke || p.active, false, &self.pending, records);
         }
-        let counts = std::mem::take(&mut self.pending);
-        // A worker waking up tells every peer, so they send it everything again.
-        self.broadcast(queues, |p| woke || p.active, false, counts, records)
+        index.clear_outbox();
+        self.pending.clear();
+        sent
     }
 
     /// One heartbeat at `now_unix_ms`: see the module docs, step 4. `in_flight` is this
@@ -290,11 +312,12 @@ impl Exchange {
         self.expire_senders(now_unix_ms);
         self.pending.clear();
         let table: Vec<(u64, i64)> = in_flight.iter().map(|(&k, &n)| (k, i64::from(n))).collect();
-        let mut records = index.take_outbox();
-        self.broadcast(queues, |p| p.active, true, table.clone(), records.clone());
+        let records = index.outbox();
+        self.broadcast(queues, |p| p.active, true, &table, records);
         let mut backlog = std::mem::take(&mut self.backlog);
-        backlog.append(&mut records);
-        self.broadcast(queues, |p| !p.active, true, table, backlog);
+        backlog.extend_from_slice(records);
+        self.broadcast(queues, |p| !p.active, true, &table, &backlog);
+        index.clear_outbox();
     }
 
     /// Takes the messages waiting in `queue` (if it is this worker's inbox) and learns them into
@@ -434,12 +457,12 @@ impl Exchange {
 
     /// Sends one message to every peer `to` selects; returns the enqueues made.
     fn broadcast(
-        &mut self,
+        &self,
         queues: &impl SharedQueues,
         to: impl Fn(&Peer) -> bool,
         whole_table: bool,
-        counts: Vec<(u64, i64)>,
-        records: Vec<u64>,
+        counts: &[(u64, i64)],
+        records: &[u64],
     ) -> u64 {
         let Some(me) = &self.me else {
             return 0;
@@ -447,18 +470,19 @@ impl Exchange {
         if !self.peers.iter().any(&to) {
             return 0;
         }
-        let message = Message {
-            sender: me.as_str().to_string(),
+        let mut buffer = self.buffer.borrow_mut();
+        encode(
+            &mut buffer,
+            me.as_str(),
             whole_table,
-            active: self.active,
+            self.active,
             counts,
             records,
-        };
-        message.encode_into(&mut self.buffer);
+        );
         let mut sent = 0;
         for peer in self.peers.iter().filter(|p| to(p)) {
             // A failed enqueue (the peer's VM is gone) loses only what its heartbeat resends.
-            queues.enqueue(peer.queue, &self.buffer);
+            queues.enqueue(peer.queue, &buffer);
             sent += 1;
         }
         sent

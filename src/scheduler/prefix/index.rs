@@ -146,8 +146,19 @@ impl PrefixIndex {
         }
     }
 
+    /// The records to publish, as groups `[endpoint key, ms, n, hash × n]`.
+    pub fn outbox(&self) -> &[u64] {
+        &self.outbox
+    }
+
+    /// Empties the outbox once published (its memory is kept for the next records).
+    pub fn clear_outbox(&mut self) {
+        self.outbox.clear();
+    }
+
     /// Hands over the records to publish, leaving the outbox empty.
-    pub fn take_outbox(&mut self) -> Vec<u64> {
+    #[cfg(test)]
+    pub(crate) fn take_outbox(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.outbox)
     }
 
