@@ -54,6 +54,9 @@ PHASES = (("headers", "headers read + control headers removed"),
           ("record", "prefix record"),
           ("apply", "apply (header, in-flight)"),
           ("response", "response path"))
+# Seconds after which a filter instance that has routed nothing stops counting as an active
+# worker (`ACTIVE_MS` in src/exchange.rs), plus two heartbeats for its peers to hear it.
+ACTIVE_S = 12.0
 # Endpoint counts whose pick runs are also timed phase by phase.
 PHASE_ENDPOINTS = (8, 1000)
 
@@ -109,13 +112,20 @@ def _median(values: list[float]) -> float:
 def _start_wasm_envoy(ctx, procs, controller: common.Controller, name: str,
                       timed: bool = False) -> common.Envoy:
     """Envoy with wasm-epp (the shipped envoy/envoy.yaml; `timed`: the phase-timers build)
-    and a 1 s stats flush; the caller checks that it picks."""
+    and a 1 s stats flush; the caller checks that it picks. A timed Envoy is returned once
+    the filter's copies on Envoy's main thread, which route nothing, have stopped counting as
+    active workers (about `ACTIVE_S` after start): until then each decision also enqueues its
+    records to them, which the phase timers would count in the `apply` phase."""
     admin, port = common.free_port(), common.free_port()
     wasm = ctx.repo.joinpath(*TIMED_WASM) if timed else None
     if wasm is not None and not wasm.is_file():
         raise FileNotFoundError(f"{wasm} is missing; run `make wasm-phase-timers`")
     config = common.epp_envoy_config(ctx, admin, port, controller, wasm=wasm) + FAST_STATS_FLUSH
-    return common.start_envoy(ctx, procs, config, admin, port, 1, name)
+    started = time.monotonic()
+    envoy = common.start_envoy(ctx, procs, config, admin, port, 1, name)
+    if timed:
+        time.sleep(max(0.0, started + ACTIVE_S - time.monotonic()))
+    return envoy
 
 
 def _phase_times(envoy: common.Envoy) -> dict:
