@@ -40,6 +40,7 @@ fn snapshot(n: usize) -> Snapshot {
         endpoints,
         objectives: Default::default(),
         rewrites: Vec::new(),
+        scoring_cache: Default::default(),
     }
 }
 

@@ -511,7 +511,7 @@ fn register(store: &impl SharedStore, me: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::test_support::endpoint;
+    use crate::scheduler::test_support::{endpoint, keys_of};
     use crate::shared_data::fake::Host;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -615,7 +615,10 @@ mod tests {
             w.ready(&host, 1_003);
         }
         for w in &workers {
-            assert_eq!(w.index.matched_blocks(&eps, &[11, 12]), vec![2, 1]);
+            assert_eq!(
+                w.index.matched_blocks(&keys_of(&eps), &[11, 12]),
+                vec![2, 1]
+            );
         }
         // Nothing is learnt twice or sent back: the outboxes are empty.
         for w in &mut workers {

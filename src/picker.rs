@@ -12,7 +12,7 @@ use crate::plugin_config::FilterConfig;
 use crate::request::{self, Api};
 use crate::rewrite;
 use crate::scheduler::prefix::PrefixIndex;
-use crate::scheduler::profile::ScorerSpec;
+use crate::scheduler::profile::{Profile, ScorerSpec};
 use crate::scheduler::rng::Rng;
 use crate::scheduler::{self, Decision, Request};
 use crate::snapshot::{Endpoint, Snapshot};
@@ -271,6 +271,7 @@ impl Picker {
         };
         let decision = scheduler::schedule(
             &snapshot.profile,
+            &snapshot.scoring_cache,
             &endpoints,
             &counts,
             &request,
@@ -297,7 +298,7 @@ impl Picker {
             route.session_token = Some(BASE64.encode(primary.name.as_bytes()));
         }
         if config.explain_decisions {
-            route.explanation = Some(explain(&decision, &endpoints));
+            route.explanation = Some(explain(&snapshot.profile, &decision, &endpoints));
         }
         Ok(route)
     }
@@ -324,7 +325,8 @@ fn candidates<'a>(
                 .any(|&(ip, port)| ip == e.address && port.is_none_or(|p| p == e.port))
         })
     };
-    let ready: Vec<&Endpoint> = endpoints.iter().filter(|e| e.ready && named(e)).collect();
+    let mut ready = Vec::with_capacity(endpoints.len());
+    ready.extend(endpoints.iter().filter(|e| e.ready && named(e)));
     if !ready.is_empty() {
         return Ok(ready);
     }
@@ -365,7 +367,7 @@ fn uses(snapshot: &Snapshot, which: impl Fn(&ScorerSpec) -> bool) -> bool {
 }
 
 /// `picked=<ip:port>; <ip:port> total=… <scorer>=…; …` for the best candidates, best first.
-fn explain(decision: &Decision, endpoints: &[&Endpoint]) -> String {
+fn explain(profile: &Profile, decision: &Decision, endpoints: &[&Endpoint]) -> String {
     let mut order: Vec<usize> = (0..decision.candidates.len()).collect();
     order.sort_by(|&a, &b| decision.totals[b].total_cmp(&decision.totals[a]));
     let picked = decision
@@ -385,9 +387,10 @@ fn explain(decision: &Decision, endpoints: &[&Endpoint]) -> String {
             endpoint.host_port(),
             decision.totals[c]
         ));
-        for (name, scores) in &decision.scores {
+        for (scorer, scores) in profile.scorers.iter().zip(&decision.scores) {
             out.push_str(&format!(
-                " {name}={:.3}",
+                " {}={:.3}",
+                scorer.name,
                 scores.get(c).copied().unwrap_or(0.0)
             ));
         }
@@ -414,6 +417,7 @@ mod tests {
             endpoints,
             objectives: Default::default(),
             rewrites: Vec::new(),
+            scoring_cache: Default::default(),
         }
     }
 

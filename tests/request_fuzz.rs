@@ -58,6 +58,7 @@ fn snapshot() -> Snapshot {
                 ],
             }],
         }],
+        scoring_cache: Default::default(),
     }
 }
 

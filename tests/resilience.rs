@@ -99,6 +99,7 @@ fn snapshot_of(sim: &Sim, instance: &str, version: u64) -> Snapshot {
         }],
         objectives: Default::default(),
         rewrites: Vec::new(),
+        scoring_cache: Default::default(),
     }
 }
 

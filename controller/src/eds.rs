@@ -217,6 +217,7 @@ mod tests {
             endpoints,
             objectives: Default::default(),
             rewrites: Default::default(),
+            scoring_cache: Default::default(),
         }
     }
 

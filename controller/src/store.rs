@@ -557,6 +557,7 @@ fn build(state: &State, instance: &str, version: u64) -> Published {
             .collect(),
         objectives: state.manifests.objectives.clone(),
         rewrites: state.manifests.rewrites.clone(),
+        scoring_cache: Default::default(),
     };
     let json = Bytes::from(snapshot.to_json());
     Published { snapshot, json }

@@ -3,6 +3,7 @@
 //! wasm-bindgen-test.
 
 pub mod filters;
+pub mod fixed_scores;
 pub mod pickers;
 pub mod prefix;
 pub mod profile;
@@ -12,9 +13,11 @@ pub mod scorers;
 use crate::errors::InferenceError;
 use crate::phases::{Phase, PhaseTimer};
 use crate::snapshot::Endpoint;
+use fixed_scores::ScoringCache;
 use prefix::{PrefixIndex, PrefixMatch};
 use profile::{Profile, ScorerSpec};
 use rng::Rng;
+use std::sync::Arc;
 
 /// What the scheduler needs from the request.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,8 +43,8 @@ pub struct Decision {
     pub candidates: Vec<usize>,
     /// Weighted total per candidate (same order as `candidates`).
     pub totals: Vec<f64>,
-    /// Each scorer's name and its clamped, unweighted score per candidate.
-    pub scores: Vec<(String, Vec<f64>)>,
+    /// Each scorer's clamped, unweighted score per candidate, in the profile's scorer order.
+    pub scores: Vec<Arc<[f64]>>,
 }
 
 /// Inputs every scorer may read: the candidates and what producers computed for the request.
@@ -58,9 +61,12 @@ pub struct ScoringInput<'a> {
 
 /// Schedules one request over `endpoints` with `profile`, then records the decision in the
 /// prefix index. `in_flight` holds this proxy's in-flight count per endpoint
-/// (or is empty).
+/// (or is empty). `cache` keeps the scores that depend only on the endpoints' metrics; it
+/// belongs to the snapshot `profile` and `endpoints` come from.
+#[allow(clippy::too_many_arguments)]
 pub fn schedule(
     profile: &Profile,
+    cache: &ScoringCache,
     endpoints: &[&Endpoint],
     in_flight: &[u64],
     request: &Request<'_>,
@@ -80,20 +86,38 @@ pub fn schedule(
             return Err(InferenceError::FilteredOut);
         }
     }
-    let chosen: Vec<&Endpoint> = candidates
-        .iter()
-        .filter_map(|&i| endpoints.get(i).copied())
-        .collect();
-    let counts: Vec<u64> = candidates
-        .iter()
-        .map(|&i| in_flight.get(i).copied().unwrap_or(0))
-        .collect();
+    // Without narrowing (the common case) the candidates are the endpoints themselves: no copy.
+    let narrowed = candidates.len() != endpoints.len();
+    let (chosen_buf, counts_buf): (Vec<&Endpoint>, Vec<u64>) = if narrowed {
+        (
+            candidates.iter().map(|&i| endpoints[i]).collect(),
+            candidates
+                .iter()
+                .map(|&i| in_flight.get(i).copied().unwrap_or(0))
+                .collect(),
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let (chosen, counts) = if narrowed {
+        (&chosen_buf[..], &counts_buf[..])
+    } else {
+        (endpoints, in_flight)
+    };
+    let without_prefix = ScoringInput {
+        endpoints: chosen,
+        request,
+        prefix: None,
+        in_flight: counts,
+    };
+    let fixed = cache.fixed_scores(profile, &candidates, &without_prefix);
     let prefix = profile.scorers.iter().find_map(|s| match &s.scorer {
         ScorerSpec::PrefixCache(params) => {
             timer.mark(Phase::Score);
             Some(prefix::produce(
                 params,
-                &chosen,
+                chosen,
+                &fixed.keys,
                 request,
                 prefix_index,
                 timer,
@@ -102,22 +126,22 @@ pub fn schedule(
         _ => None,
     });
     let input = ScoringInput {
-        endpoints: &chosen,
-        request,
         prefix: prefix.as_ref(),
-        in_flight: &counts,
+        ..without_prefix
     };
-    let mut totals = vec![0.0; chosen.len()];
+    let mut totals = fixed.totals.clone();
     let mut scores = Vec::with_capacity(profile.scorers.len());
-    for weighted in &profile.scorers {
-        let raw: Vec<f64> = scorers::score(&weighted.scorer, &input)
-            .into_iter()
-            .map(clamp_score)
-            .collect();
-        for (total, score) in totals.iter_mut().zip(&raw) {
-            *total += weighted.weight * score;
+    for (weighted, fixed) in profile.scorers.iter().zip(&fixed.scores) {
+        if let Some(fixed) = fixed {
+            scores.push(Arc::clone(fixed));
+            continue;
         }
-        scores.push((weighted.name.clone(), raw));
+        let mut raw = scorers::score(&weighted.scorer, &input);
+        for (total, score) in totals.iter_mut().zip(&mut raw) {
+            *score = clamp_score(*score);
+            *total += weighted.weight * *score;
+        }
+        scores.push(Arc::from(raw));
     }
     let picked: Vec<usize> = pickers::pick(&profile.picker, &totals, rng)
         .into_iter()
@@ -139,7 +163,7 @@ pub fn schedule(
 }
 
 /// Scores are clamped to [0, 1] before weighting; NaN counts as 0.
-fn clamp_score(score: f64) -> f64 {
+pub(crate) fn clamp_score(score: f64) -> f64 {
     if score.is_nan() {
         0.0
     } else {
@@ -160,6 +184,11 @@ pub(crate) mod test_support {
             prefix: None,
             in_flight: &[],
         }
+    }
+
+    /// The endpoints' prefix-index keys, in order.
+    pub fn keys_of(endpoints: &[&Endpoint]) -> Vec<u64> {
+        endpoints.iter().map(|e| e.index_key()).collect()
     }
 
     /// An endpoint on 10.0.0.`i`:8000 with the given waiting queue and KV usage.
@@ -198,6 +227,7 @@ mod tests {
         let refs: Vec<&Endpoint> = endpoints.iter().collect();
         schedule(
             profile,
+            &ScoringCache::default(),
             &refs,
             &[],
             request,
@@ -212,6 +242,7 @@ mod tests {
     fn empty_pool_is_no_endpoints() {
         let err = schedule(
             &Profile::default(),
+            &ScoringCache::default(),
             &[],
             &[],
             &Request::default(),
@@ -292,6 +323,7 @@ mod tests {
         for seed in 0..20 {
             let d = schedule(
                 &Profile::default(),
+                &ScoringCache::default(),
                 &refs,
                 &[],
                 &request,

@@ -189,6 +189,7 @@ pub(crate) mod tests {
                 .collect(),
             objectives: Default::default(),
             rewrites: Vec::new(),
+            scoring_cache: Default::default(),
         }
     }
 

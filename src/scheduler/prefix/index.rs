@@ -13,8 +13,6 @@
 //! and a full entry its least recently routed endpoint, so memory is fixed by the bucket count
 //! and nothing is allocated per block.
 
-use crate::snapshot::Endpoint;
-
 /// Block hashes kept per bucket.
 pub const ENTRIES_PER_BUCKET: usize = 8;
 /// Endpoints remembered per block hash.
@@ -77,11 +75,12 @@ impl PrefixIndex {
         bucket.slot(hash).map(|slot| bucket.holders(slot))
     }
 
-    /// For each endpoint, how many of the request's blocks it holds, walking `hashes` in order
-    /// and stopping at the first block nobody holds (as upstream does). Counts per holder first
-    /// (at most [`HOLDERS_PER_ENTRY`] per block), then one binary search per endpoint: no work
-    /// per block and endpoint pair.
-    pub fn matched_blocks(&self, endpoints: &[&Endpoint], hashes: &[u64]) -> Vec<usize> {
+    /// For each endpoint (by [`Endpoint::index_key`](crate::snapshot::Endpoint::index_key)),
+    /// how many of the request's blocks it holds, walking `hashes` in order and stopping at the
+    /// first block nobody holds (as upstream does). Counts per holder first (at most
+    /// [`HOLDERS_PER_ENTRY`] per block), then one binary search per endpoint: no work per
+    /// block and endpoint pair.
+    pub fn matched_blocks(&self, keys: &[u64], hashes: &[u64]) -> Vec<usize> {
         let mut per_holder: Vec<(u64, usize)> = Vec::new();
         for &hash in hashes {
             let Some(holders) = self.holders_of(hash) else {
@@ -94,12 +93,14 @@ impl PrefixIndex {
                 }
             }
         }
+        if per_holder.is_empty() {
+            return vec![0; keys.len()];
+        }
         per_holder.sort_unstable();
-        endpoints
-            .iter()
-            .map(|e| {
+        keys.iter()
+            .map(|key| {
                 per_holder
-                    .binary_search_by_key(&e.index_key(), |&(k, _)| k)
+                    .binary_search_by_key(key, |&(k, _)| k)
                     .map_or(0, |i| per_holder[i].1)
             })
             .collect()
@@ -216,7 +217,7 @@ impl PrefixIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::test_support::endpoint;
+    use crate::scheduler::test_support::{endpoint, keys_of};
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -228,10 +229,13 @@ mod tests {
         index.record(eps[0].index_key(), &[1, 2, 3], 10);
         index.record(eps[1].index_key(), &[1, 9, 3], 10);
         // Every block before the first unknown one counts for each endpoint holding it.
-        assert_eq!(index.matched_blocks(&eps, &[1, 2, 3, 4]), vec![3, 2]);
+        assert_eq!(
+            index.matched_blocks(&keys_of(&eps), &[1, 2, 3, 4]),
+            vec![3, 2]
+        );
         // Block 5 is held by nobody: the walk stops, block 3 does not count.
-        assert_eq!(index.matched_blocks(&eps, &[1, 5, 3]), vec![1, 1]);
-        assert_eq!(index.matched_blocks(&eps, &[7]), vec![0, 0]);
+        assert_eq!(index.matched_blocks(&keys_of(&eps), &[1, 5, 3]), vec![1, 1]);
+        assert_eq!(index.matched_blocks(&keys_of(&eps), &[7]), vec![0, 0]);
     }
 
     #[test]
@@ -246,9 +250,9 @@ mod tests {
         }
         index.record(key, &[hashes[0]], 50 * REFRESH_AFTER_MS); // refresh the oldest
         index.record(key, &[999], 60 * REFRESH_AFTER_MS); // evicts hashes[1], now the least recent
-        assert_eq!(index.matched_blocks(&eps, &[hashes[0]]), vec![1]);
-        assert_eq!(index.matched_blocks(&eps, &[hashes[1]]), vec![0]);
-        assert_eq!(index.matched_blocks(&eps, &[999]), vec![1]);
+        assert_eq!(index.matched_blocks(&keys_of(&eps), &[hashes[0]]), vec![1]);
+        assert_eq!(index.matched_blocks(&keys_of(&eps), &[hashes[1]]), vec![0]);
+        assert_eq!(index.matched_blocks(&keys_of(&eps), &[999]), vec![1]);
         let remembered = (98..1000)
             .filter(|&h| index.holders_of(h).is_some())
             .count();
@@ -285,7 +289,10 @@ mod tests {
             index.record(e.index_key(), &[42], t as u64);
         }
         // The two least recently routed endpoints were forgotten.
-        assert_eq!(index.matched_blocks(&eps, &[42]), vec![0, 0, 1, 1, 1, 1]);
+        assert_eq!(
+            index.matched_blocks(&keys_of(&eps), &[42]),
+            vec![0, 0, 1, 1, 1, 1]
+        );
     }
 
     #[test]
@@ -297,11 +304,11 @@ mod tests {
         a.record(eps[0].index_key(), &[1, 2], 10);
         a.record(eps[1].index_key(), &[1], 10);
         b.learn_groups(&a.take_outbox());
-        assert_eq!(b.matched_blocks(&eps, &[1, 2]), vec![2, 1]);
+        assert_eq!(b.matched_blocks(&keys_of(&eps), &[1, 2]), vec![2, 1]);
         assert!(b.take_outbox().is_empty());
         // A malformed tail is ignored, the groups before it kept.
         b.learn_groups(&[eps[1].index_key(), 20, 1, 2, 99, 5, 9]);
-        assert_eq!(b.matched_blocks(&eps, &[1, 2]), vec![2, 2]);
+        assert_eq!(b.matched_blocks(&keys_of(&eps), &[1, 2]), vec![2, 2]);
     }
 
     #[test]

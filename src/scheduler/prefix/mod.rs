@@ -28,10 +28,12 @@ pub struct PrefixMatch {
     pub block_size_tokens: u64,
 }
 
-/// Computes the request's block hashes and each candidate's match against the index.
+/// Computes the request's block hashes and each candidate's match against the index; `keys`
+/// holds the candidates' [`Endpoint::index_key`]s.
 pub fn produce(
     params: &PrefixCacheParams,
     endpoints: &[&Endpoint],
+    keys: &[u64],
     request: &Request<'_>,
     index: &PrefixIndex,
     timer: &mut PhaseTimer,
@@ -53,7 +55,7 @@ pub fn produce(
         max_blocks,
     );
     timer.mark(Phase::Hash);
-    let matched_blocks = index.matched_blocks(endpoints, &hashes);
+    let matched_blocks = index.matched_blocks(keys, &hashes);
     timer.mark(Phase::Lookup);
     PrefixMatch {
         hashes,
@@ -81,6 +83,7 @@ mod tests {
         let p = produce(
             &PrefixCacheParams::default(),
             &[&owned[0]],
+            &[1],
             &request,
             &index,
             &mut PhaseTimer::off(),
@@ -93,6 +96,7 @@ mod tests {
         let p = produce(
             &PrefixCacheParams::default(),
             &endpoints,
+            &[1],
             &request,
             &index,
             &mut PhaseTimer::off(),
@@ -102,7 +106,14 @@ mod tests {
             auto_tune: false,
             ..PrefixCacheParams::default()
         };
-        let p = produce(&fixed, &endpoints, &request, &index, &mut PhaseTimer::off());
+        let p = produce(
+            &fixed,
+            &endpoints,
+            &[1],
+            &request,
+            &index,
+            &mut PhaseTimer::off(),
+        );
         assert_eq!(p.block_size_tokens, 64);
     }
 
@@ -120,6 +131,7 @@ mod tests {
         let p = produce(
             &params,
             &[&endpoint(1, 0, 0.0)],
+            &[1],
             &request,
             &PrefixIndex::new(16),
             &mut PhaseTimer::off(),

@@ -34,13 +34,9 @@ pub(crate) fn lower_is_better(values: impl Iterator<Item = f64> + Clone) -> Vec<
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
             (lo.min(v), hi.max(v))
         });
-    values
-        .map(|v| {
-            if max > min {
-                (max - v) / (max - min)
-            } else {
-                1.0
-            }
-        })
-        .collect()
+    if max <= min {
+        return values.map(|_| 1.0).collect();
+    }
+    let per_unit = 1.0 / (max - min);
+    values.map(|v| (max - v) * per_unit).collect()
 }

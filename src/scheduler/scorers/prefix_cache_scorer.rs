@@ -9,17 +9,19 @@ pub fn score(params: &PrefixCacheParams, input: &ScoringInput<'_>) -> Vec<f64> {
     let Some(prefix) = input.prefix else {
         return vec![0.0; input.endpoints.len()];
     };
-    let total = prefix.hashes.len() as f64;
+    if prefix.hashes.is_empty() {
+        return vec![0.0; input.endpoints.len()];
+    }
+    // Per-candidate work is two multiplications: the divisions are hoisted.
+    let per_block_ratio = 1.0 / prefix.hashes.len() as f64;
     let w = params.match_length_weight;
-    let scale = params.match_length_scale_tokens.max(1) as f64;
+    let per_block_length =
+        prefix.block_size_tokens as f64 / params.match_length_scale_tokens.max(1) as f64;
     (0..input.endpoints.len())
         .map(|i| {
             let matched = prefix.matched_blocks.get(i).copied().unwrap_or(0) as f64;
-            if total == 0.0 {
-                return 0.0;
-            }
-            let length = (matched * prefix.block_size_tokens as f64 / scale).min(1.0);
-            w * length * length + (1.0 - w) * matched / total
+            let length = (matched * per_block_length).min(1.0);
+            w * length * length + (1.0 - w) * matched * per_block_ratio
         })
         .collect()
 }
