@@ -616,7 +616,7 @@ mod tests {
         }
         for w in &workers {
             assert_eq!(
-                w.index.matched_blocks(&keys_of(&eps), &[11, 12]),
+                w.index.matched_entries(&keys_of(&eps), &[11, 12]),
                 vec![2, 1]
             );
         }

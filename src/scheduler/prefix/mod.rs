@@ -6,7 +6,7 @@
 mod hashing;
 pub mod index;
 
-pub use hashing::block_hashes;
+pub use hashing::{block_hashes, PromptBlocks};
 pub use index::PrefixIndex;
 
 use super::profile::PrefixCacheParams;
@@ -20,8 +20,8 @@ pub const MIN_BLOCK_SIZE_TOKENS: u64 = 64;
 /// What the producer computed for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrefixMatch {
-    /// The request's chained block hashes.
-    pub hashes: Vec<u64>,
+    /// The request's blocks: how many, and the chained hashes of the indexed ones.
+    pub blocks: PromptBlocks,
     /// Leading blocks each candidate likely holds (same order as the candidates).
     pub matched_blocks: Vec<usize>,
     /// Tokens per block.
@@ -47,7 +47,7 @@ pub fn produce(
         .unwrap_or(params.block_size_tokens)
         .max(MIN_BLOCK_SIZE_TOKENS);
     let max_blocks = (params.max_prefix_tokens_to_match / block_size_tokens) as usize;
-    let hashes = block_hashes(
+    let blocks = block_hashes(
         request.model,
         request.cache_salt,
         request.prompt,
@@ -55,10 +55,13 @@ pub fn produce(
         max_blocks,
     );
     timer.mark(Phase::Hash);
-    let matched_blocks = index.matched_blocks(keys, &hashes);
+    let mut matched_blocks = index.matched_entries(keys, &blocks.hashes);
+    for matched in &mut matched_blocks {
+        *matched = blocks.blocks_covered(*matched);
+    }
     timer.mark(Phase::Lookup);
     PrefixMatch {
-        hashes,
+        blocks,
         matched_blocks,
         block_size_tokens,
     }
@@ -89,7 +92,7 @@ mod tests {
             &mut PhaseTimer::off(),
         );
         assert_eq!(p.block_size_tokens, 64);
-        assert_eq!(p.hashes.len(), 4); // 1024 bytes = 256 tokens = 4 blocks of 64
+        assert_eq!(p.blocks.total, 4); // 1024 bytes = 256 tokens = 4 blocks of 64
         owned[0].metrics.block_size = Some(128);
         owned[0].metrics.num_gpu_blocks = Some(10);
         let endpoints = [&owned[0]];
@@ -101,7 +104,7 @@ mod tests {
             &index,
             &mut PhaseTimer::off(),
         );
-        assert_eq!((p.block_size_tokens, p.hashes.len()), (128, 2));
+        assert_eq!((p.block_size_tokens, p.blocks.total), (128, 2));
         let fixed = PrefixCacheParams {
             auto_tune: false,
             ..PrefixCacheParams::default()
@@ -136,6 +139,6 @@ mod tests {
             &PrefixIndex::new(16),
             &mut PhaseTimer::off(),
         );
-        assert_eq!(p.hashes.len(), 2);
+        assert_eq!(p.blocks.total, 2);
     }
 }

@@ -9,11 +9,11 @@ pub fn score(params: &PrefixCacheParams, input: &ScoringInput<'_>) -> Vec<f64> {
     let Some(prefix) = input.prefix else {
         return vec![0.0; input.endpoints.len()];
     };
-    if prefix.hashes.is_empty() {
+    if prefix.blocks.total == 0 {
         return vec![0.0; input.endpoints.len()];
     }
     // Per-candidate work is two multiplications: the divisions are hoisted.
-    let per_block_ratio = 1.0 / prefix.hashes.len() as f64;
+    let per_block_ratio = 1.0 / prefix.blocks.total as f64;
     let w = params.match_length_weight;
     let per_block_length =
         prefix.block_size_tokens as f64 / params.match_length_scale_tokens.max(1) as f64;
@@ -29,7 +29,7 @@ pub fn score(params: &PrefixCacheParams, input: &ScoringInput<'_>) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::prefix::PrefixMatch;
+    use crate::scheduler::prefix::{PrefixMatch, PromptBlocks};
     use crate::scheduler::test_support::{endpoint, input};
     use crate::scheduler::Request;
     #[cfg(target_arch = "wasm32")]
@@ -45,7 +45,10 @@ mod tests {
         let refs: Vec<_> = endpoints.iter().collect();
         let request = Request::default();
         let prefix = PrefixMatch {
-            hashes: vec![1, 2, 3, 4],
+            blocks: PromptBlocks {
+                total: 4,
+                hashes: vec![1, 2, 3, 4],
+            },
             matched_blocks: vec![4, 2, 0],
             block_size_tokens: 64,
         };
