@@ -88,6 +88,14 @@ pub fn parse(api: Api, body: &[u8]) -> Result<InferenceRequest<'_>, InferenceErr
     if api == Api::Passthrough {
         return Ok(InferenceRequest::default());
     }
+    // Validated once here with SIMD; the JSON parser then reads it as text and does not
+    // validate each string again.
+    let body = simdutf8::compat::from_utf8(body).map_err(|e| {
+        InferenceError::BadRequest(format!(
+            "error unmarshaling request body: invalid UTF-8 after byte {}",
+            e.valid_up_to()
+        ))
+    })?;
     let [model, stream, cache_salt, prompt, messages, input, instructions, tools, system] =
         fields(body, &FIELDS).map_err(|e| {
             let why = if e.is_data() {
@@ -161,10 +169,10 @@ pub fn parse(api: Api, body: &[u8]) -> Result<InferenceRequest<'_>, InferenceErr
 /// repeated name); every other member is skipped. An error when `json` is not exactly one
 /// JSON object.
 fn fields<'a, const N: usize>(
-    json: &'a [u8],
+    json: &'a str,
     names: &'static [&'static str; N],
 ) -> Result<[Option<&'a RawValue>; N], serde_json::Error> {
-    let mut deserializer = serde_json::Deserializer::from_slice(json);
+    let mut deserializer = serde_json::Deserializer::from_str(json);
     let found = Fields(names).deserialize(&mut deserializer)?;
     deserializer.end()?;
     Ok(found)
@@ -226,11 +234,11 @@ impl<'de> Deserialize<'de> for Key<'de> {
 
 /// A JSON string's text, borrowed unless it has escapes; `None` for any other value. The raw
 /// value was validated when it was captured, so without a backslash its text is exactly what
-/// lies between the quotes: one fast search instead of a second parse.
+/// lies between the quotes: one fast (SIMD) search instead of a second parse.
 fn text(raw: &RawValue) -> Option<Cow<'_, str>> {
     let json = raw.get();
     let inner = json.strip_prefix('"')?.strip_suffix('"')?;
-    if !inner.contains('\\') {
+    if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
         return Some(Cow::Borrowed(inner));
     }
     serde_json::from_str::<String>(json).ok().map(Cow::Owned)
@@ -246,7 +254,7 @@ fn push_messages(out: &mut Vec<u8>, messages: &RawValue) -> Option<()> {
     const MESSAGE: [&str; 2] = ["role", "content"];
     let messages = elements(messages).filter(|m| !m.is_empty())?;
     for message in messages {
-        let [role, content] = fields(message.get().as_bytes(), &MESSAGE).ok()?;
+        let [role, content] = fields(message.get(), &MESSAGE).ok()?;
         out.extend_from_slice(text(role?)?.as_bytes());
         if let Some(content) = content {
             push_text(out, content);
@@ -263,7 +271,7 @@ fn push_text(out: &mut Vec<u8>, content: &RawValue) {
         return;
     }
     for block in elements(content).unwrap_or_default() {
-        if let Ok([Some(block_text)]) = fields(block.get().as_bytes(), &BLOCK) {
+        if let Ok([Some(block_text)]) = fields(block.get(), &BLOCK) {
             if let Some(block_text) = text(block_text) {
                 out.extend_from_slice(block_text.as_bytes());
             }
@@ -362,6 +370,14 @@ mod tests {
         assert!(bad_request(parse(Api::Completions, b"{not json"))
             .starts_with("error unmarshaling request body: "));
         assert!(bad_request(parse(Api::Completions, b"[1]")).contains("not a JSON object"));
+        // Invalid UTF-8 anywhere (here inside the prompt string) is refused before parsing.
+        assert_eq!(
+            bad_request(parse(
+                Api::Completions,
+                b"{\"model\":\"m\",\"prompt\":\"ab\xff\"}"
+            )),
+            "error unmarshaling request body: invalid UTF-8 after byte 25"
+        );
         assert_eq!(
             bad_request(parse(Api::Completions, br#"{"prompt":"x"}"#)),
             "model not found in request body"
