@@ -580,18 +580,19 @@ fn a_request_costs_the_same_host_calls_whatever_its_prompt_and_pool() {
             per_request.push(calls);
         }
     }
-    // A request that is the first to see a new snapshot (published every scrape) also reads
-    // it: one call more, whatever the prompt and pool.
+    // No request reads the snapshot (the poller's notice has each worker decode it in its
+    // inbox callback); a request may find one of the other instances inactive or newly
+    // active, one enqueue less or more.
     let least = per_request.iter().copied().fold(f64::MAX, f64::min);
     assert!(
         per_request.iter().all(|&c| c <= least + 1.0),
         "host calls per request vary with the prompt or the pool: {per_request:?}"
     );
-    // Nine of its own, plus one enqueue of its records to each other active instance of the
-    // filter: the other worker and, in their first ten seconds (this test's), the instances
-    // Envoy keeps on its main thread, which route nothing and after that get the records with
-    // the heartbeat only (the exchange's unit tests show that). Three here. Plus up to one
-    // for the snapshot reads: each run of requests includes some that were the first to see
-    // a new snapshot (a make test run measured 12.1 for the least of these four runs).
-    assert!(least <= 9.0 + 3.0 + 1.0, "{per_request:?}");
+    // Eight of its own (the headers map, the destination header set and the control headers
+    // removed, the body, the clock three times, the decision histogram), plus one enqueue of
+    // its records to each other active instance of the filter: the other worker and, in
+    // their first ten seconds (this test's), the instances Envoy keeps on its main thread,
+    // which route nothing and after that get the records with the heartbeat only (the
+    // exchange's unit tests show that). Three here: 11 in a run at this commit.
+    assert!(least <= 8.0 + 3.0, "{per_request:?}");
 }

@@ -1,9 +1,11 @@
 //! The filter's root context and the per-worker state every HTTP context of this worker
 //! shares: the decoded snapshot, the picker, this worker's prefix index and in-flight counts,
-//! and its side of the exchange with the other workers ([`crate::exchange`]). A decision reads
-//! the snapshot's identity key and, when the worker has peers, enqueues one message to each;
-//! the worker's inbox callback learns theirs; its slow timer tick is the exchange's heartbeat
-//! and, when the configuration names a controller cluster, drives its leased poller.
+//! and its side of the exchange with the other workers ([`crate::exchange`]). A decision makes
+//! no host call for the snapshot (the poller's notice in the worker's inbox has it decoded
+//! there) and, when the worker has peers, enqueues one message to each; the worker's inbox
+//! callback learns theirs; its slow timer tick is the exchange's heartbeat (and checks for a
+//! snapshot whose notice was missed) and, when the configuration names a controller cluster,
+//! drives its leased poller.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -70,19 +72,25 @@ pub struct Worker {
     snapshot: Option<Rc<Snapshot>>,
     /// The published identity text `snapshot` was decoded for (or last failed to decode).
     snapshot_key: Option<Vec<u8>>,
+    /// The poller said a new snapshot was published and it is not decoded yet.
+    snapshot_notice: bool,
     metrics: Metrics,
 }
 
 impl Worker {
-    /// Decides one request with the newest published snapshot. Host calls: the snapshot's
-    /// identity key (a few dozen bytes; the snapshot itself only when it changed and no tick
-    /// has decoded it yet), the clock twice and one histogram sample. Checking the identity per
-    /// request rather than per tick keeps the metrics as fresh as the controller's scrapes: a
-    /// full `make bench` with tick-only checks (up to 50 ms older metrics) saw LoRA adapters
-    /// thrash (67 loads instead of 29 at 14 req/s, TTFT p90 873 ms instead of 138 ms).
+    /// Decides one request with the newest published snapshot. Host calls: the clock twice and
+    /// one histogram sample; the snapshot's identity and the snapshot only when there is none
+    /// yet or a notice of a new one was not acted on (an inactive worker's). The poller's
+    /// notice reaches this worker's inbox as soon as a snapshot is published and it is decoded
+    /// there, so the metrics stay as fresh as the controller's scrapes with no host call per
+    /// request (a full `make bench` with tick-only refreshes, up to 50 ms older metrics, saw
+    /// LoRA adapters thrash: 67 loads instead of 29 at 14 req/s, TTFT p90 873 ms instead of
+    /// 138 ms).
     pub fn decide(&mut self, incoming: &Incoming<'_>) -> Outcome {
         let started = counted(now_ns());
-        calls::add(self.refresh_snapshot());
+        if self.snapshot.is_none() || self.snapshot_notice {
+            calls::add(self.refresh_snapshot());
+        }
         let exchange = &self.exchange;
         let local = &self.in_flight;
         let outcome = self.picker.decide(
@@ -124,10 +132,18 @@ impl Worker {
         }
     }
 
-    /// Learns what the other workers sent to this worker's inbox `queue`.
+    /// Learns what the other workers sent to this worker's inbox `queue`; a snapshot notice is
+    /// acted on at once by a worker that routes (off the request path), by the others when
+    /// they next need the snapshot.
     fn on_queue_ready(&mut self, queue: u32) {
         self.exchange
             .receive(&self.queues, queue, now_unix_ms(), &mut self.index);
+        if self.exchange.take_snapshot_notice() {
+            self.snapshot_notice = true;
+            if self.exchange.is_active() {
+                let _ = self.refresh_snapshot();
+            }
+        }
     }
 
     /// Reports a finished request's host calls (two counter updates, not counted).
@@ -156,6 +172,7 @@ impl Worker {
     /// it decides which snapshot replaces which). Returns the host calls made: one when
     /// unchanged, two when it read a new snapshot.
     fn refresh_snapshot(&mut self) -> u64 {
+        self.snapshot_notice = false;
         let published = shared::snapshot_id_text();
         if published.is_none() || published == self.snapshot_key {
             return 1;
@@ -221,6 +238,7 @@ impl FilterRoot {
                 },
                 snapshot: None,
                 snapshot_key: None,
+                snapshot_notice: false,
                 metrics: Metrics::define(),
             })),
         };

@@ -10,7 +10,8 @@ use std::time::Duration;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType};
 
-use super::shared;
+use super::shared::{self, QueueHost, SharedHost};
+use crate::exchange;
 use crate::plugin_config::PollerConfig;
 use crate::snapshot::{Snapshot, SnapshotId};
 
@@ -26,6 +27,8 @@ pub struct Poller {
     active: bool,
     /// What was published when the outstanding poll was sent.
     asked: Option<SnapshotId>,
+    /// The workers' inboxes, told of each snapshot published.
+    queues: QueueHost,
 }
 
 impl Poller {
@@ -37,6 +40,9 @@ impl Poller {
             retry_after_ticks: 0,
             active: true,
             asked: None,
+            queues: QueueHost {
+                vm_id: shared::vm_id(),
+            },
         }
     }
 
@@ -136,7 +142,8 @@ impl Poller {
         }
     }
 
-    /// Publishes `body` if it is a valid snapshot that replaces the published one.
+    /// Publishes `body` if it is a valid snapshot that replaces the published one, and tells
+    /// the workers.
     fn publish(&self, body: &[u8]) -> bool {
         let snapshot = match Snapshot::from_json(body) {
             Ok(s) => s,
@@ -150,7 +157,10 @@ impl Poller {
             return true;
         }
         match shared::publish_snapshot(&id, body) {
-            Ok(()) => true,
+            Ok(()) => {
+                exchange::notify_snapshot(&SharedHost, &self.queues, shared::now_unix_ms());
+                true
+            }
             Err(status) => {
                 log::warn!("wasm-epp poller: cannot publish: {status:?}");
                 false
