@@ -40,6 +40,7 @@ fn snapshot(n: usize) -> Snapshot {
         endpoints,
         objectives: Default::default(),
         rewrites: Vec::new(),
+        vouched_ms: 0,
         scoring_cache: Default::default(),
     }
 }

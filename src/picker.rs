@@ -243,12 +243,13 @@ impl Picker {
                 route.model_rewrite = Some((target.clone(), parsed.model.to_string()));
             }
         }
+        let metrics_unix_ms = snapshot.metrics_clock(incoming.now_unix_ms);
         let priority = admission::objective_priority(&snapshot.objectives, incoming.objective);
         if priority < 0 {
             let saturation = admission::saturation(
                 &snapshot.profile.saturation_detector,
                 endpoints.iter().copied(),
-                incoming.now_unix_ms,
+                metrics_unix_ms,
             );
             admission::admit(priority, saturation)?;
         }
@@ -268,6 +269,7 @@ impl Picker {
             cache_salt: &parsed.cache_salt,
             session_endpoint: session.as_deref(),
             now_unix_ms: incoming.now_unix_ms,
+            metrics_unix_ms,
         };
         let decision = scheduler::schedule(
             &snapshot.profile,
@@ -417,6 +419,7 @@ mod tests {
             endpoints,
             objectives: Default::default(),
             rewrites: Vec::new(),
+            vouched_ms: 0,
             scoring_cache: Default::default(),
         }
     }

@@ -39,6 +39,15 @@ pub struct Snapshot {
     /// InferenceModelRewrite objects, oldest first (the oldest matching object wins).
     #[serde(default)]
     pub rewrites: Vec<ModelRewrite>,
+    /// For how long after `generated_unix_ms` the controller vouches for this snapshot's
+    /// metric ages: it publishes again within this time, and at once when an endpoint's
+    /// metrics become stale or fresh again. Meanwhile metrics are aged as of
+    /// `generated_unix_ms`; past it (a silent controller) by the wall clock, from there. So
+    /// metrics that were only scraped again need no new snapshot 10 times a second (each one
+    /// cost every Envoy about 1.2 ms of CPU, measured idle on the 2-core VM). 0 (older
+    /// controllers): aged by the wall clock.
+    #[serde(default)]
+    pub vouched_ms: u64,
     /// The scores that depend only on this snapshot's metrics, kept between requests (not
     /// serialised).
     #[serde(skip)]
@@ -219,6 +228,16 @@ impl SnapshotId {
 }
 
 impl Snapshot {
+    /// The time to age this snapshot's metrics at, at wall-clock time `now_unix_ms` (see
+    /// [`vouched_ms`](Self::vouched_ms)).
+    pub fn metrics_clock(&self, now_unix_ms: u64) -> u64 {
+        if self.vouched_ms == 0 {
+            return now_unix_ms;
+        }
+        self.generated_unix_ms
+            .max(now_unix_ms.saturating_sub(self.vouched_ms))
+    }
+
     /// This snapshot's identity.
     pub fn id(&self) -> SnapshotId {
         SnapshotId {
@@ -246,6 +265,25 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
+    fn metrics_age_with_the_snapshot_while_the_controller_vouches_for_them() {
+        let mut snapshot: Snapshot = serde_json::from_value(serde_json::json!({
+            "version": 1, "generated_unix_ms": 10_000, "endpoints": [],
+            "profile": Profile::default(),
+        }))
+        .unwrap();
+        // Older controllers: the wall clock.
+        assert_eq!(snapshot.vouched_ms, 0);
+        assert_eq!(snapshot.metrics_clock(12_345), 12_345);
+        snapshot.vouched_ms = 2_000;
+        // Within the vouch, as of the snapshot; past it, the wall clock from there.
+        assert_eq!(snapshot.metrics_clock(10_500), 10_000);
+        assert_eq!(snapshot.metrics_clock(12_000), 10_000);
+        assert_eq!(snapshot.metrics_clock(12_500), 10_500);
+        // A wall clock behind the controller's never ages metrics backwards past the snapshot.
+        assert_eq!(snapshot.metrics_clock(9_000), 10_000);
+    }
+
+    #[test]
     fn round_trips_and_tolerates_fields_from_newer_controllers() {
         let snapshot = Snapshot {
             instance: "c0ffee".into(),
@@ -263,6 +301,7 @@ mod tests {
             }],
             objectives: BTreeMap::from([("batch".to_string(), -1)]),
             rewrites: Vec::new(),
+            vouched_ms: 0,
             scoring_cache: Default::default(),
         };
         assert_eq!(

@@ -224,8 +224,10 @@ fn the_controller_sees_one_poller_per_envoy_process() {
     // Never two polls at once, and a poll outstanding most of the time (long-polling).
     assert_eq!(load.max_active, 1, "{load:?}");
     assert!(load.samples_polling * 2 >= load.samples, "{load:?}");
-    // About as many polls as one poller makes: one per published version.
-    assert!(load.reference_requests >= 10, "{load:?}");
+    // About as many polls as one poller makes: one per published version (an idle pool
+    // publishes about one a second: unchanged metrics are vouched for 2 s) or per 1 s wait.
+    // Four pollers would make four times the reference's.
+    assert!(load.reference_requests >= 3, "{load:?}");
     assert!(
         load.envoy_requests * 2 <= load.reference_requests * 3 + 4
             && load.envoy_requests * 2 + 4 >= load.reference_requests,

@@ -58,6 +58,7 @@ fn snapshot() -> Snapshot {
                 ],
             }],
         }],
+        vouched_ms: 0,
         scoring_cache: Default::default(),
     }
 }

@@ -99,6 +99,7 @@ fn snapshot_of(sim: &Sim, instance: &str, version: u64) -> Snapshot {
         }],
         objectives: Default::default(),
         rewrites: Vec::new(),
+        vouched_ms: 0,
         scoring_cache: Default::default(),
     }
 }

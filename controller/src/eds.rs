@@ -217,6 +217,7 @@ mod tests {
             endpoints,
             objectives: Default::default(),
             rewrites: Default::default(),
+            vouched_ms: 0,
             scoring_cache: Default::default(),
         }
     }

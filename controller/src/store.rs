@@ -423,29 +423,33 @@ impl Store {
     /// did. Called with the state locked, so versions are published in order.
     ///
     /// Metrics that only were scraped again, unchanged, are republished only when the current
-    /// snapshot is [`refresh_after_ms`] old, so the filter still sees them fresh: every new
-    /// version costs each Envoy a poll round trip and a decode (about 0.9 ms of Envoy CPU on
-    /// the 2-core benchmark VM), and a quiet pool changed nothing but scrape times 20 times a
+    /// snapshot is half [`VOUCHED_MS`] old, or at once when an endpoint's metrics became stale
+    /// (its scrapes fail) or fresh again: the snapshot vouches for its metric ages for
+    /// [`VOUCHED_MS`] ([`Snapshot::vouched_ms`]). Every new version costs each Envoy a poll
+    /// round trip, a decode and the notices to its workers (about 1.2 ms of Envoy CPU on the
+    /// 2-core benchmark VM), and a quiet pool changed nothing but scrape times 20 times a
     /// second.
     fn publish_if_changed(&self, state: &State) -> bool {
         let current = self.current();
         let now = now_unix_ms();
-        let same_but_scrape_times = current.snapshot.profile == state.profile
-            && current.snapshot.objectives == state.manifests.objectives
-            && current.snapshot.rewrites == state.manifests.rewrites
-            && current.snapshot.endpoints.len() == state.entries.len()
-            && current
-                .snapshot
-                .endpoints
-                .iter()
-                .zip(&state.entries)
-                .all(|(published, entry)| same_but_scrape_time(published, &entry.endpoint));
-        let young = now.saturating_sub(current.snapshot.generated_unix_ms)
-            < refresh_after_ms(&state.profile);
+        let published = &current.snapshot;
+        let threshold = staleness_threshold_ms(&state.profile);
+        let same_but_scrape_times =
+            published.profile == state.profile
+                && published.objectives == state.manifests.objectives
+                && published.rewrites == state.manifests.rewrites
+                && published.endpoints.len() == state.entries.len()
+                && published.endpoints.iter().zip(&state.entries).all(
+                    |(published_endpoint, entry)| {
+                        same_but_scrape_time(published_endpoint, &entry.endpoint)
+                            && fresh(published_endpoint, published.generated_unix_ms, threshold)
+                                == fresh(&entry.endpoint, now, threshold)
+                    },
+                );
+        let young = now.saturating_sub(published.generated_unix_ms) < VOUCHED_MS / 2;
         let unchanged = same_but_scrape_times
             && (young
-                || current
-                    .snapshot
+                || published
                     .endpoints
                     .iter()
                     .eq(state.entries.iter().map(|entry| &entry.endpoint)));
@@ -459,11 +463,14 @@ impl Store {
     }
 }
 
-/// How old a snapshot may grow before metrics that were only scraped again are republished:
-/// half the smallest metrics-staleness threshold of the profile (its saturation detector and
-/// any `utilization-detector` filter), so they never look stale to the filter while the
-/// scrapes succeed.
-fn refresh_after_ms(profile: &Profile) -> u64 {
+/// For how long a snapshot vouches for its metric ages ([`Snapshot::vouched_ms`]): the filter
+/// ages metrics by the wall clock only when the controller has been silent this long, so a
+/// dead controller's last metrics look stale about this much later than its scrapes would.
+pub const VOUCHED_MS: u64 = 2_000;
+
+/// The smallest metrics-staleness threshold of the profile (its saturation detector and any
+/// `utilization-detector` filter).
+fn staleness_threshold_ms(profile: &Profile) -> u64 {
     let filters = profile.filters.iter().filter_map(|filter| match filter {
         FilterSpec::UtilizationDetector(params) => Some(params.metrics_staleness_threshold_ms),
         _ => None,
@@ -472,7 +479,15 @@ fn refresh_after_ms(profile: &Profile) -> u64 {
         .chain([profile.saturation_detector.metrics_staleness_threshold_ms])
         .min()
         .unwrap_or(0)
-        / 2
+}
+
+/// Whether the endpoint's metrics are fresh at `at_unix_ms` under `threshold_ms`, as the
+/// filter judges them.
+fn fresh(endpoint: &Endpoint, at_unix_ms: u64, threshold_ms: u64) -> bool {
+    endpoint
+        .metrics
+        .updated_unix_ms
+        .is_some_and(|t| at_unix_ms.saturating_sub(t) <= threshold_ms)
 }
 
 /// Whether two endpoints differ at most in when their metrics were last scraped (a field added
@@ -557,6 +572,7 @@ fn build(state: &State, instance: &str, version: u64) -> Published {
             .collect(),
         objectives: state.manifests.objectives.clone(),
         rewrites: state.manifests.rewrites.clone(),
+        vouched_ms: VOUCHED_MS,
         scoring_cache: Default::default(),
     };
     let json = Bytes::from(snapshot.to_json());
@@ -646,34 +662,43 @@ mod tests {
     }
 
     #[test]
-    fn metrics_scraped_again_unchanged_are_republished_only_before_they_go_stale() {
+    fn metrics_scraped_again_unchanged_are_republished_only_when_the_vouch_runs_out_or_they_go_stale(
+    ) {
         let store = Store::new(Profile::default(), vec![endpoint("a", 1)]);
-        let refresh = refresh_after_ms(&Profile::default());
-        assert_eq!(refresh, 100, "half the default 200 ms staleness threshold");
-        let scrape = |n: u64| {
+        assert_eq!(staleness_threshold_ms(&Profile::default()), 200);
+        let round = |result: Result<Metrics, String>| {
             for job in store.begin_scrapes() {
-                store.record_scrape(&job.key, Ok(queue(n)), now_unix_ms());
+                store.record_scrape(&job.key, result.clone(), now_unix_ms());
             }
             store.finish_round();
             store.current().version()
         };
-        let first = scrape(1);
-        // Scraped again, unchanged, within the refresh period: nothing new to poll.
-        assert_eq!(scrape(1), first);
-        assert_eq!(scrape(1), first);
+        let first = round(Ok(queue(1)));
+        assert_eq!(store.current().snapshot.vouched_ms, VOUCHED_MS);
+        // Scraped again, unchanged: nothing new to poll, well past the staleness threshold.
+        assert_eq!(round(Ok(queue(1))), first);
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(round(Ok(queue(1))), first);
         // A real change is published at once.
-        let changed = scrape(2);
+        let changed = round(Ok(queue(2)));
         assert!(changed > first);
-        // Once the snapshot is as old as the refresh period, the new scrape times go out.
-        std::thread::sleep(Duration::from_millis(refresh + 10));
-        let refreshed = scrape(2);
-        assert!(refreshed > changed);
-        let age = now_unix_ms()
-            - store.current().snapshot.endpoints[0]
-                .metrics
-                .updated_unix_ms
-                .unwrap();
-        assert!(age < refresh, "{age} ms");
+        // Failing scrapes change nothing until the metrics would look stale; then at once.
+        assert_eq!(round(Err("down".into())), changed);
+        std::thread::sleep(Duration::from_millis(250));
+        let stale = round(Err("down".into()));
+        assert!(stale > changed);
+        let published = store.current().snapshot.clone();
+        assert!(!fresh(
+            &published.endpoints[0],
+            published.generated_unix_ms,
+            200
+        ));
+        // Fresh again: published at once.
+        let recovered = round(Ok(queue(2)));
+        assert!(recovered > stale);
+        // Once the snapshot is half the vouch old, the new scrape times go out.
+        std::thread::sleep(Duration::from_millis(VOUCHED_MS / 2 + 10));
+        assert!(round(Ok(queue(2))) > recovered);
     }
 
     #[test]

@@ -30,8 +30,10 @@ pub struct Request<'a> {
     pub cache_salt: &'a str,
     /// The endpoint name the request's session token names, if any.
     pub session_endpoint: Option<&'a str>,
-    /// Wall-clock time, milliseconds since the Unix epoch (metrics freshness).
+    /// Wall-clock time, milliseconds since the Unix epoch (prefix-index records).
     pub now_unix_ms: u64,
+    /// The time metrics are aged at ([`Snapshot::metrics_clock`](crate::snapshot::Snapshot::metrics_clock)).
+    pub metrics_unix_ms: u64,
 }
 
 /// The outcome of scheduling one request.

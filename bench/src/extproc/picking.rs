@@ -189,6 +189,7 @@ pub(crate) mod tests {
                 .collect(),
             objectives: Default::default(),
             rewrites: Vec::new(),
+            vouched_ms: 0,
             scoring_cache: Default::default(),
         }
     }

@@ -34,7 +34,8 @@ pub fn apply(
         FilterSpec::Decode => keep(&decode_filter::keeps),
         FilterSpec::Prefill => keep(&prefill_filter::keeps),
         FilterSpec::UtilizationDetector(params) => {
-            let kept = keep(&|e| utilization_detector::has_room(params, e, request.now_unix_ms));
+            let kept =
+                keep(&|e| utilization_detector::has_room(params, e, request.metrics_unix_ms));
             // Fail open: a filter that would leave nothing keeps everything.
             if kept.is_empty() {
                 candidates

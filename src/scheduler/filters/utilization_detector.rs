@@ -53,7 +53,7 @@ mod tests {
         ];
         let endpoints: Vec<&Endpoint> = endpoints.iter().collect();
         let request = Request {
-            now_unix_ms: NOW,
+            metrics_unix_ms: NOW,
             ..Request::default()
         };
         let spec = FilterSpec::UtilizationDetector(p.clone());
