@@ -5,8 +5,9 @@
 //! Host calls per request are a fixed handful whatever the prompt and the pool (each is
 //! counted, see [`super::calls`]): the request headers read once as a map (one call, one copy
 //! of every header), one removal per control header actually present, the body copied into
-//! Wasm memory once, the destination header set, the clock and the decision histogram, plus
-//! a body replacement only for a model rewrite and a local reply only for a rejection.
+//! Wasm memory once, the destination header set, the clock twice and the decision histogram,
+//! plus a body replacement only for a model rewrite and a local reply only for a rejection.
+//! The filter's request counters are reported on the worker's heartbeat, not per request.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -77,12 +78,10 @@ impl PickerHttp {
                 .map(|(_, v)| v.clone())
         });
         // Control headers never reach a model server; a client's destination never survives
-        // (Envoy's config strips it before the filter too). The destination is removed whether
-        // present or not: changing the headers also makes Envoy pick the route again, which a
-        // fail-open request without a pick relies on.
+        // (Envoy's config strips it before the filter too; a routed request's is replaced, an
+        // unrouted one's removed again).
         for name in CONTROL_HEADERS {
-            let present = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
-            if present || name == DESTINATION_HEADER {
+            if headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name)) {
                 let _ = counted(hostcalls::set_map_value(
                     MapType::HttpRequestHeaders,
                     name,
@@ -96,10 +95,12 @@ impl PickerHttp {
         if std::mem::replace(&mut self.decided, true) {
             return Action::Continue;
         }
-        let incoming = self.controls.incoming(body, counted(shared::now_unix_ms()));
+        // One clock read serves as the decision's time and as the start of its timing.
+        let started_ns = counted(shared::now_ns());
+        let incoming = self.controls.incoming(body, started_ns / 1_000_000);
         let outcome = {
             let mut worker = self.worker.borrow_mut();
-            worker.decide(&incoming)
+            worker.decide(&incoming, started_ns)
         };
         timed(ShimPhase::Apply, || self.apply(outcome, body))
     }
@@ -109,7 +110,16 @@ impl PickerHttp {
     fn apply(&mut self, outcome: Outcome, body: Option<&[u8]>) -> Action {
         let route = match outcome {
             Outcome::Route(route) => route,
-            Outcome::Unrouted => return Action::Continue,
+            Outcome::Unrouted => {
+                // Changing the headers makes Envoy pick the route again, which a request let
+                // through without a pick relies on (a routed one's destination header does it).
+                let _ = counted(hostcalls::set_map_value(
+                    MapType::HttpRequestHeaders,
+                    DESTINATION_HEADER,
+                    None,
+                ));
+                return Action::Continue;
+            }
             Outcome::Reject(error) => return reject(&error),
         };
         let headers = MapType::HttpRequestHeaders;
