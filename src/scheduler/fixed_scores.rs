@@ -3,10 +3,11 @@
 //! The queue, KV-cache, running-requests and load-aware scorers read nothing but the
 //! candidates' metrics, which change only with a new snapshot; the request-dependent scorers
 //! (prefix, LoRA, active requests, session) are computed per request. Scoring every endpoint
-//! with every metric scorer per request was most of a pick over a large pool (at 1,000
-//! endpoints, natively ~21 of 25 µs): each scorer is a pass over the pool with its own
-//! allocation, and a min-max scorer two. With this cache, a request copies the fixed part of
-//! the totals and adds its own scorers.
+//! with every metric scorer per request cost a pass over the pool per scorer (two for a
+//! min-max scorer), each with its own allocation. With this cache, a request copies the fixed
+//! part of the totals and adds its own scorers: a loop of default-profile decisions over
+//! 1,000 endpoints, timed natively, went from 23 to 12 µs each (with the candidates' keys
+//! kept here as one array, too).
 
 use std::sync::{Arc, Mutex};
 
