@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::profile::{Profile, ScorerSpec};
-use super::{clamp_score, scorers, ScoringInput};
+use super::{weigh_into, ScoringInput};
 
 /// Whether a scorer's scores depend only on the candidates' metrics (not on the request or on
 /// what is in flight).
@@ -47,14 +47,8 @@ impl FixedScores {
             .scorers
             .iter()
             .map(|weighted| {
-                is_fixed(&weighted.scorer).then(|| {
-                    let mut raw = scorers::score(&weighted.scorer, input);
-                    for (total, score) in totals.iter_mut().zip(&mut raw) {
-                        *score = clamp_score(*score);
-                        *total += weighted.weight * *score;
-                    }
-                    Arc::from(raw)
-                })
+                is_fixed(&weighted.scorer)
+                    .then(|| Arc::from(weigh_into(&mut totals, weighted, input)))
             })
             .collect();
         FixedScores {

@@ -15,7 +15,7 @@ use crate::phases::{Phase, PhaseTimer};
 use crate::snapshot::Endpoint;
 use fixed_scores::ScoringCache;
 use prefix::{PrefixIndex, PrefixMatch};
-use profile::{Profile, ScorerSpec};
+use profile::{Profile, ScorerSpec, WeightedScorer};
 use rng::Rng;
 use std::sync::Arc;
 
@@ -46,7 +46,28 @@ pub struct Decision {
     /// Weighted total per candidate (same order as `candidates`).
     pub totals: Vec<f64>,
     /// Each scorer's clamped, unweighted score per candidate, in the profile's scorer order.
-    pub scores: Vec<Arc<[f64]>>,
+    pub scores: Vec<Scores>,
+}
+
+/// One scorer's clamped scores per candidate: shared with the snapshot's cache for a scorer
+/// that reads only metrics, this request's own otherwise (neither is copied per request).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scores {
+    /// From [`fixed_scores`].
+    Fixed(Arc<[f64]>),
+    /// Computed for this request.
+    Request(Vec<f64>),
+}
+
+impl std::ops::Deref for Scores {
+    type Target = [f64];
+
+    fn deref(&self) -> &[f64] {
+        match self {
+            Scores::Fixed(scores) => scores,
+            Scores::Request(scores) => scores,
+        }
+    }
 }
 
 /// Inputs every scorer may read: the candidates and what producers computed for the request.
@@ -89,22 +110,20 @@ pub fn schedule(
         }
     }
     // Without narrowing (the common case) the candidates are the endpoints themselves: no copy.
-    let narrowed = candidates.len() != endpoints.len();
-    let (chosen_buf, counts_buf): (Vec<&Endpoint>, Vec<u64>) = if narrowed {
-        (
-            candidates.iter().map(|&i| endpoints[i]).collect(),
-            candidates
-                .iter()
-                .map(|&i| in_flight.get(i).copied().unwrap_or(0))
-                .collect(),
-        )
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    let (chosen, counts) = if narrowed {
-        (&chosen_buf[..], &counts_buf[..])
-    } else {
+    let chosen_buf: Vec<&Endpoint>;
+    let counts_buf: Vec<u64>;
+    let (chosen, counts) = if candidates.len() == endpoints.len() {
         (endpoints, in_flight)
+    } else {
+        chosen_buf = candidates
+            .iter()
+            .filter_map(|&i| endpoints.get(i).copied())
+            .collect();
+        counts_buf = candidates
+            .iter()
+            .map(|&i| in_flight.get(i).copied().unwrap_or(0))
+            .collect();
+        (&chosen_buf[..], &counts_buf[..])
     };
     let without_prefix = ScoringInput {
         endpoints: chosen,
@@ -134,16 +153,10 @@ pub fn schedule(
     let mut totals = fixed.totals.clone();
     let mut scores = Vec::with_capacity(profile.scorers.len());
     for (weighted, fixed) in profile.scorers.iter().zip(&fixed.scores) {
-        if let Some(fixed) = fixed {
-            scores.push(Arc::clone(fixed));
-            continue;
-        }
-        let mut raw = scorers::score(&weighted.scorer, &input);
-        for (total, score) in totals.iter_mut().zip(&mut raw) {
-            *score = clamp_score(*score);
-            *total += weighted.weight * *score;
-        }
-        scores.push(Arc::from(raw));
+        scores.push(match fixed {
+            Some(fixed) => Scores::Fixed(Arc::clone(fixed)),
+            None => Scores::Request(weigh_into(&mut totals, weighted, &input)),
+        });
     }
     let picked: Vec<usize> = pickers::pick(&profile.picker, &totals, rng)
         .into_iter()
@@ -168,8 +181,19 @@ pub fn schedule(
     })
 }
 
+/// Scores every candidate with `weighted`'s scorer, clamps the scores and adds them, weighted,
+/// to `totals`; returns the clamped scores.
+fn weigh_into(totals: &mut [f64], weighted: &WeightedScorer, input: &ScoringInput<'_>) -> Vec<f64> {
+    let mut scores = scorers::score(&weighted.scorer, input);
+    for (total, score) in totals.iter_mut().zip(&mut scores) {
+        *score = clamp_score(*score);
+        *total += weighted.weight * *score;
+    }
+    scores
+}
+
 /// Scores are clamped to [0, 1] before weighting; NaN counts as 0.
-pub(crate) fn clamp_score(score: f64) -> f64 {
+fn clamp_score(score: f64) -> f64 {
     if score.is_nan() {
         0.0
     } else {
