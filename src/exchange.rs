@@ -448,11 +448,7 @@ impl Exchange {
         let mut live = Vec::new();
         let mut silent = Vec::new();
         for &id in ids.iter().filter(|&&id| id != me) {
-            let stamp = store
-                .get(&alive_key(id))
-                .and_then(|(value, _)| value)
-                .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<u64>().ok());
-            let age = stamp.map_or(u64::MAX, |at| now.saturating_sub(at));
+            let age = heartbeat_age(store, id, now);
             if age >= PRUNE_MS {
                 silent.push(id);
             } else if age < STALE_MS {
@@ -524,11 +520,7 @@ pub fn notify_snapshot(store: &impl SharedStore, queues: &impl SharedQueues, now
         .split_whitespace()
     {
         calls += 1;
-        let stamp = store
-            .get(&alive_key(id))
-            .and_then(|(value, _)| value)
-            .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<u64>().ok());
-        if stamp.is_none_or(|at| now.saturating_sub(at) >= STALE_MS) {
+        if heartbeat_age(store, id, now) >= STALE_MS {
             continue;
         }
         calls += 1;
@@ -538,6 +530,16 @@ pub fn notify_snapshot(store: &impl SharedStore, queues: &impl SharedQueues, now
         }
     }
     calls
+}
+
+/// How long ago, at `now`, worker `id` last stamped its heartbeat (`u64::MAX` without a
+/// readable stamp); one host call.
+fn heartbeat_age(store: &impl SharedStore, id: &str, now: u64) -> u64 {
+    store
+        .get(&alive_key(id))
+        .and_then(|(value, _)| value)
+        .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<u64>().ok())
+        .map_or(u64::MAX, |at| now.saturating_sub(at))
 }
 
 /// Adds `me` to the registry (dropping the oldest ids beyond [`MAX_WORKERS`]); whether it is
