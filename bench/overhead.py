@@ -1,10 +1,14 @@
 """Section `overhead`: what the picker costs on the data path, wasm-epp in Envoy against the
 upstream design (an ext_proc gRPC server making the same pick, `wasm-epp-extproc`).
 
-Three Envoys (`--concurrency 1`) run side by side over the same simulators, which answer at
-once, so the proxy dominates: no picker (round-robin), wasm-epp (ORIGINAL_DST) and ext_proc
+Four Envoys (`--concurrency 1`) run side by side over the same simulators, which answer at
+once, so the proxy dominates: no picker (round-robin), the host floor (a Proxy-Wasm filter that
+pauses, buffers the body and sets the destination round-robin without deciding anything,
+`bench/host-floor`, in the shipped `envoy/envoy.yaml`), wasm-epp (ORIGINAL_DST) and ext_proc
 (ORIGINAL_DST). Each gets the same open-loop request rate, per prompt size, in alternating
-rounds (the order rotates each round) so drift hits all three alike. Reported: latency added
+rounds (the order rotates each round) so drift hits all four alike. The floor is what any
+body-reading picker costs in this Envoy before it decides anything; wasm-epp's cost over it is
+its own. Reported: latency added
 over the no-picker Envoy (p50/p99, median over rounds of the per-round difference), CPU per
 request of Envoy and of the ext_proc server from /proc (the controller, common to both, on
 its own line), and the time one pick takes at 8, 100 and 1,000 endpoints: inside Envoy (the
@@ -29,8 +33,8 @@ from bench.extproc_envoy import start_extproc, start_extproc_envoy
 
 KEY = "overhead"
 TITLE = "Data-plane overhead: wasm-epp in Envoy vs an ext_proc picker"
-MODES = ("plain", "wasm", "extproc")
-LABELS = {"plain": "no picker", "wasm": "wasm-epp", "extproc": "ext_proc"}
+MODES = ("plain", "floor", "wasm", "extproc")
+LABELS = {"plain": "no picker", "floor": "host floor", "wasm": "wasm-epp", "extproc": "ext_proc"}
 # Simulators with no modelled latency and room for every request at once.
 SIM_ARGS = ["--ttft-base-ms", "0", "--prefill-ms-per-token", "0", "--itl-ms", "0",
             "--max-num-seqs", "256"]
@@ -44,6 +48,8 @@ IDLE_PORT_BASE = 30000
 FAST_STATS_FLUSH = "stats_flush_interval: 1s\n"
 # The filter built with per-phase histograms (`make wasm-phase-timers`).
 TIMED_WASM = ("target", "phase-timers", "wasm32-wasip1", "wasm", "wasm_epp.wasm")
+# The filter that decides nothing (`bench/host-floor`, built by the benchmark's make targets).
+FLOOR_WASM = ("target", "wasm32-wasip1", "wasm", "wasm_epp_host_floor.wasm")
 # The phase histograms, in request order, with their table headings.
 PHASES = (("headers", "headers read + control headers removed"),
           ("body_copy", "body copied into Wasm"),
@@ -128,6 +134,22 @@ def _start_wasm_envoy(ctx, procs, controller: common.Controller, name: str,
     return envoy
 
 
+def _start_floor_envoy(ctx, procs, controller: common.Controller, sims,
+                       name: str) -> common.Envoy:
+    """The shipped `envoy/envoy.yaml` with the host-floor filter in wasm-epp's place, setting
+    the simulators' addresses in turn (its bootstrap copy, given the poller's configuration,
+    does nothing)."""
+    wasm = ctx.repo.joinpath(*FLOOR_WASM)
+    if not wasm.is_file():
+        raise FileNotFoundError(f"{wasm} is missing; run `cargo build --target wasm32-wasip1 "
+                                "--profile wasm -p wasm-epp-host-floor`")
+    admin, port = common.free_port(), common.free_port()
+    addresses = ",".join(f"127.0.0.1:{s.port}" for s in sims)
+    config = common.epp_envoy_config(ctx, admin, port, controller, filter_config=addresses,
+                                     wasm=wasm)
+    return common.start_envoy(ctx, procs, config, admin, port, 1, name)
+
+
 def _phase_times(envoy: common.Envoy) -> dict:
     """p50 (µs) of each phase histogram and of the whole decision, after the next stats flush;
     NaN for a phase with no samples."""
@@ -207,12 +229,15 @@ def measure_size(ctx, procs, sims, controller, size: Size, rounds: int) -> tuple
     sim_names = {s.name for s in sims}
     extproc = start_extproc(ctx, procs, controller, name=f"extproc-{size.key}")
     envoys = {"plain": common.start_plain_envoy(ctx, procs, sims, name=f"envoy-plain-{size.key}"),
+              "floor": _start_floor_envoy(ctx, procs, controller, sims,
+                                          f"envoy-floor-{size.key}"),
               "wasm": _start_wasm_envoy(ctx, procs, controller, f"envoy-wasm-{size.key}"),
               "extproc": start_extproc_envoy(ctx, procs, extproc, name=f"envoy-extproc-{size.key}",
                                              extra_config=FAST_STATS_FLUSH)}
     common.wait_picking(envoys["wasm"].url, proc=envoys["wasm"].proc)
     common.wait_picking(envoys["extproc"].url, proc=extproc.proc)
-    pids = {"plain": [envoys["plain"].proc.pid], "wasm": [envoys["wasm"].proc.pid],
+    pids = {"plain": [envoys["plain"].proc.pid], "floor": [envoys["floor"].proc.pid],
+            "wasm": [envoys["wasm"].proc.pid],
             "extproc": [envoys["extproc"].proc.pid, extproc.proc.pid]}
     idle = measure_idle(pids)
     for mode in MODES:  # warm-up: connections, V8 tiers, allocator pools
@@ -223,7 +248,8 @@ def measure_size(ctx, procs, sims, controller, size: Size, rounds: int) -> tuple
     controller_cpu = 0.0
     for r in range(rounds):
         row = {}
-        for mode in MODES[r % 3:] + MODES[:r % 3]:
+        turn = r % len(MODES)
+        for mode in MODES[turn:] + MODES[:turn]:
             envoy_cpu0 = common.cpu_seconds(envoys[mode].proc.pid)
             all_cpu0, ctl_cpu0 = _cpu(pids[mode]), common.cpu_seconds(controller.proc.pid)
             report = _load(ctx, procs, envoys[mode], size, f"{mode}-{size.key}-{r}",
@@ -241,7 +267,7 @@ def measure_size(ctx, procs, sims, controller, size: Size, rounds: int) -> tuple
                          "picker_cpu_s": all_cpu - envoy_cpu}
         per_round.append(row)
     decisions = _decision_times(procs, envoys["wasm"], envoys["extproc"], extproc)
-    procs.stop([envoys["wasm"].proc, envoys["plain"].proc])
+    procs.stop([envoys["wasm"].proc, envoys["floor"].proc, envoys["plain"].proc])
     phases = measure_phases(ctx, procs, controller, size, sim_names)
     return {"label": size.label, "prompt_bytes": size.prompt_bytes, "rate_per_s": size.rate,
             "idle_cpu_ms_per_s": idle,
@@ -416,6 +442,16 @@ def ratios(latency: dict, pick: dict) -> dict[str, float]:
         out[f"added_cpu_extproc_over_wasm_{key}"] = _added_ratio(
             s["extproc"]["cpu_us_per_req"] - s["plain"]["cpu_us_per_req"],
             s["wasm"]["cpu_us_per_req"] - s["plain"]["cpu_us_per_req"])
+        # The best any body-reading Proxy-Wasm picker could score on this Envoy, and what
+        # wasm-epp costs over that floor.
+        out[f"added_p50_extproc_over_floor_{key}"] = _added_ratio(
+            s["extproc"]["added_p50_ms"], s["floor"]["added_p50_ms"])
+        out[f"cpu_extproc_over_floor_{key}"] = common.ratio(
+            s["extproc"]["cpu_us_per_req"], s["floor"]["cpu_us_per_req"])
+        out[f"added_p50_wasm_minus_floor_us_{key}"] = 1000 * (
+            s["wasm"]["added_p50_ms"] - s["floor"]["added_p50_ms"])
+        out[f"cpu_wasm_minus_floor_us_{key}"] = (
+            s["wasm"]["cpu_us_per_req"] - s["floor"]["cpu_us_per_req"])
     biggest = str(max(PICK_ENDPOINTS))
     out[f"pick_p50_wasm_in_envoy_over_native_{biggest}ep"] = common.ratio(
         pick[biggest]["wasm_in_envoy"]["p50_us"], pick[biggest]["extproc_server"]["p50_us"])
@@ -450,9 +486,13 @@ def markdown(ctx, latency: dict, pick: dict, figure: str) -> str:
     sizes = latency["sizes"]
     first = next(iter(sizes.values()))
     lines = [
-        f"Three Envoys (`--concurrency 1`) side by side over the same {SIMS} simulators, which "
+        f"Four Envoys (`--concurrency 1`) side by side over the same {SIMS} simulators, which "
         "answer at once (no modelled latency), so the proxy path dominates: **no picker** "
-        "(round-robin cluster), **wasm-epp** (the filter, ORIGINAL_DST) and **ext_proc** "
+        "(round-robin cluster), **host floor** (`bench/host-floor`: a Proxy-Wasm filter, "
+        "built like wasm-epp, in the shipped `envoy/envoy.yaml`, that pauses the headers, lets "
+        "Envoy buffer the body and sets the destination header round-robin — no body copy, no "
+        "parse, no shared data: what any picker that reads the prompt pays this Envoy before "
+        "deciding anything), **wasm-epp** (the filter, ORIGINAL_DST) and **ext_proc** "
         "(`wasm-epp-extproc`: the same `Picker::decide`, snapshot long-poll, prefix index and "
         "in-flight counts, one gRPC hop away; request headers SEND, request body "
         "FULL_DUPLEX_STREAMED as the upstream EPP requires, the body streamed back in "
@@ -466,15 +506,20 @@ def markdown(ctx, latency: dict, pick: dict, figure: str) -> str:
         "**Added latency over Envoy without a picker** (client-measured, ms):",
         "",
         common.md_table(
-            ["prompt", "rate (req/s)", "requests/round", "no picker p50", "wasm-epp added p50",
-             "ext_proc added p50", "ext_proc / wasm-epp", "no picker p99", "wasm-epp added p99",
-             "ext_proc added p99"],
+            ["prompt", "rate (req/s)", "requests/round", "no picker p50",
+             "host floor added p50", "wasm-epp added p50", "ext_proc added p50",
+             "ext_proc / wasm-epp", "ext_proc / host floor", "no picker p99",
+             "host floor added p99", "wasm-epp added p99", "ext_proc added p99"],
             [[row["label"], row["rate_per_s"], row["requests_per_round"],
-              row["summary"]["plain"]["p50_ms"], row["summary"]["wasm"]["added_p50_ms"],
+              row["summary"]["plain"]["p50_ms"], row["summary"]["floor"]["added_p50_ms"],
+              row["summary"]["wasm"]["added_p50_ms"],
               row["summary"]["extproc"]["added_p50_ms"],
               _added_ratio(row["summary"]["extproc"]["added_p50_ms"],
                            row["summary"]["wasm"]["added_p50_ms"]),
-              row["summary"]["plain"]["p99_ms"], row["summary"]["wasm"]["added_p99_ms"],
+              _added_ratio(row["summary"]["extproc"]["added_p50_ms"],
+                           row["summary"]["floor"]["added_p50_ms"]),
+              row["summary"]["plain"]["p99_ms"], row["summary"]["floor"]["added_p99_ms"],
+              row["summary"]["wasm"]["added_p99_ms"],
               row["summary"]["extproc"]["added_p99_ms"]] for row in sizes.values()],
             digits=3),
         "",
@@ -484,15 +529,26 @@ def markdown(ctx, latency: dict, pick: dict, figure: str) -> str:
         "server's own CPU counted on top of its Envoy):",
         "",
         common.md_table(
-            ["prompt", "no picker: Envoy", "wasm-epp: Envoy", "ext_proc: Envoy",
-             "ext_proc: server", "ext_proc total / wasm-epp"],
+            ["prompt", "no picker: Envoy", "host floor: Envoy", "wasm-epp: Envoy",
+             "ext_proc: Envoy", "ext_proc: server", "ext_proc total / wasm-epp",
+             "ext_proc total / host floor", "wasm-epp − host floor"],
             [[row["label"], row["summary"]["plain"]["envoy_cpu_us_per_req"],
+              row["summary"]["floor"]["envoy_cpu_us_per_req"],
               row["summary"]["wasm"]["envoy_cpu_us_per_req"],
               row["summary"]["extproc"]["envoy_cpu_us_per_req"],
               row["summary"]["extproc"]["picker_cpu_us_per_req"],
               common.ratio(row["summary"]["extproc"]["cpu_us_per_req"],
-                           row["summary"]["wasm"]["cpu_us_per_req"])]
+                           row["summary"]["wasm"]["cpu_us_per_req"]),
+              common.ratio(row["summary"]["extproc"]["cpu_us_per_req"],
+                           row["summary"]["floor"]["cpu_us_per_req"]),
+              row["summary"]["wasm"]["cpu_us_per_req"]
+              - row["summary"]["floor"]["cpu_us_per_req"]]
              for row in sizes.values()]),
+        "",
+        "\"ext_proc total / host floor\" is the most any Proxy-Wasm picker that buffers the "
+        "body could score against ext_proc on this Envoy at this rate; \"wasm-epp − host "
+        "floor\" is what wasm-epp's own work (body copy, parse, hashing, prefix index, pick, "
+        "in-flight accounting, response path) costs on top.",
         "",
         "Idle, before each size's runs (ms of CPU per second, no requests, the same 5 s for "
         "all; at r req/s a mode's idle cost adds 1000/r times this to its µs per request): "
