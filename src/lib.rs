@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod errors;
 pub mod exchange;
+pub mod header_map;
 pub mod lease;
 pub mod phases;
 pub mod picker;

@@ -19,6 +19,7 @@ use proxy_wasm::types::{Action, BufferType, MapType};
 use super::calls::{self, counted};
 use super::filter::Worker;
 use super::phase_metrics::{timed, ShimPhase};
+use super::request_headers::RequestHeaders;
 use super::shared;
 use crate::errors::{InferenceError, DROPPED_REASON_HEADER};
 use crate::picker::{
@@ -68,20 +69,17 @@ impl PickerHttp {
         result
     }
 
-    /// Reads the control headers (one host call for the whole map) and removes those present.
+    /// Reads the control headers (one host call for the whole map, looked up in place) and
+    /// removes those present.
     fn read_controls(&mut self) {
-        let headers = counted(hostcalls::get_map(MapType::HttpRequestHeaders)).unwrap_or_default();
-        self.controls = Controls::read(|name| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-        });
+        let headers = counted(RequestHeaders::read());
+        let headers = headers.map();
+        self.controls = Controls::read(|name| headers.get_string(name));
         // Control headers never reach a model server; a client's destination never survives
         // (Envoy's config strips it before the filter too; a routed request's is replaced, an
         // unrouted one's removed again).
         for name in CONTROL_HEADERS {
-            if headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name)) {
+            if headers.contains(name) {
                 let _ = counted(hostcalls::set_map_value(
                     MapType::HttpRequestHeaders,
                     name,

@@ -7,6 +7,7 @@ mod http;
 mod leased_poller;
 mod phase_metrics;
 mod poller;
+mod request_headers;
 mod shared;
 
 use proxy_wasm::traits::{Context, RootContext};
