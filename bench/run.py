@@ -60,7 +60,8 @@ make overhead     # the data-plane overhead section alone (.run/bench-overhead/)
 The harness is `bench/run.py` with one module per section (`bench/routing.py`,
 `bench/inference_perf.py`, `bench/overhead.py`, `bench/controller_cost.py`,
 `bench/workers.py`); the ext_proc baseline and the fake metrics servers are the Rust crate
-`bench/` (`wasm-epp-extproc`, `fake-metrics`). The model servers are `vllm-sim`
+`bench/` (`wasm-epp-extproc`, `fake-metrics`), and the overhead section's do-nothing Proxy-Wasm
+filter is `bench/host-floor`. The model servers are `vllm-sim`
 ([examples/simulator](../examples/simulator/README.md)) and the client is `wasm-epp-loadgen`
 ([examples/loadgen](../examples/loadgen/README.md)), except in the inference-perf section. Every
 loop is bounded; every process is stopped at the end, on error and on Ctrl-C.
@@ -171,6 +172,17 @@ def findings(ratios: dict[str, float]) -> str:
         out.append("- **CPU.** Per request, the ext_proc design (its Envoy and its server) uses "
                    + ", ".join(f"{label} {r:.1f}×" for label, r in cpu.items())
                    + " the CPU of wasm-epp's Envoy.")
+    floor = {label: (ratios[f"cpu_extproc_over_floor_{key}"],
+                     ratios[f"cpu_wasm_minus_floor_us_{key}"]) for label, key in sizes.items()
+             if has(f"cpu_extproc_over_floor_{key}", f"cpu_wasm_minus_floor_us_{key}")}
+    if floor:
+        out.append("- **Proxy-Wasm floor.** Against a Proxy-Wasm filter that decides nothing "
+                   "(it only pauses, buffers and sets the destination), the ext_proc design uses "
+                   + ", ".join(f"{label} {r:.1f}×" for label, (r, _) in floor.items())
+                   + " the CPU: the most any body-reading Proxy-Wasm picker could reach on this "
+                   "Envoy at these rates. wasm-epp's own work costs "
+                   + " / ".join(f"{us:.0f}" for _, us in floor.values())
+                   + " µs of CPU per request on top of that floor.")
     decision = {label: ratios[f"decision_wasm_over_native_{key}"] for label, key in sizes.items()
                 if has(f"decision_wasm_over_native_{key}")}
     if decision:
