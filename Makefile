@@ -121,7 +121,7 @@ test-wasm: $(WASM_BINDGEN_RUNNER)
 	  cargo test --locked --target wasm32-unknown-unknown -p wasm-epp --lib --no-default-features
 
 test-e2e: build envoy
-	cargo test --locked -p wasm-epp --test e2e --test scheduling --test gateway_mode --test protocols --test resilience -- --test-threads 2
+	cargo test --locked -p wasm-epp --test e2e --test scheduling --test gateway_mode --test protocols --test resilience --test make_run -- --test-threads 2
 
 clean:
 	cargo clean

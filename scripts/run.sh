@@ -5,7 +5,14 @@
 #   EPP_MANIFESTS  InferenceObjective / InferenceModelRewrite manifests (passed as --manifests)
 #   EPP_ENVOY      the Envoy config (default envoy/envoy.yaml; envoy/envoy-fallbacks.yaml for
 #                  comma-separated fallbacks through override_host)
-# Ctrl-C or SIGTERM stops both; if either exits, the other is stopped too.
+#
+# The data plane outlives the control plane: when the controller exits, Envoy keeps routing on
+# the last snapshot it has and the controller is started again after 1, 2, 4 … up to 30 s
+# (reset once it has run a minute), each restart logged. Only Ctrl-C or SIGTERM stops both.
+# If the first controller exits with status 2 (its status for bad flags, config, endpoints or
+# manifests files), nothing was ever right: everything stops with that status. A later one
+# that does is restarted like any other, so Envoy keeps serving while you fix the file. If
+# Envoy exits, the controller is stopped too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,13 +25,58 @@ if [[ ${#args[@]} -eq 0 ]]; then
   exit 2
 fi
 
-pids=()
-stop() { trap - INT TERM EXIT; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap stop INT TERM EXIT
+# Restart backoff (seconds), its ceiling, and how long a controller must run to reset it.
+BACKOFF_FIRST=1
+BACKOFF_MAX=30
+BACKOFF_RESET_AFTER=60
+# The controller's exit status for a bad configuration.
+EXIT_USAGE=2
 
-target/release/wasm-epp-controller "${args[@]}" &
-pids+=($!)
-.venv/envoy -c "${EPP_ENVOY:-envoy/envoy.yaml}" --disable-hot-restart -l warning --component-log-level wasm:info &
-pids+=($!)
-echo "wasm-epp: Envoy on http://127.0.0.1:10000 (admin 127.0.0.1:9901), controller snapshot API on 127.0.0.1:9002, metrics on 127.0.0.1:9090" >&2
-wait -n "${pids[@]}"
+envoy_pid=""
+stop() {
+  trap - INT TERM EXIT
+  # Every background job: Envoy, the controller and a backoff sleep.
+  # shellcheck disable=SC2046
+  kill $(jobs -p) 2>/dev/null || true
+  wait 2>/dev/null || true
+  exit "${1:-0}"
+}
+trap 'stop 130' INT
+trap 'stop 143' TERM
+trap 'stop $?' EXIT
+
+start_controller() {
+  "${WASM_EPP_BIN_DIR:-target/release}/wasm-epp-controller" "${args[@]}" &
+  controller_pid=$!
+  controller_started=$SECONDS
+  echo "wasm-epp: controller started (pid $controller_pid)" >&2
+}
+
+start_controller
+"${ENVOY_BIN:-.venv/envoy}" -c "${EPP_ENVOY:-envoy/envoy.yaml}" --disable-hot-restart -l warning --component-log-level wasm:info &
+envoy_pid=$!
+echo "wasm-epp: Envoy on http://127.0.0.1:10000 (admin 127.0.0.1:9901, pid $envoy_pid), controller snapshot API on 127.0.0.1:9002, metrics on 127.0.0.1:9090" >&2
+
+backoff=$BACKOFF_FIRST
+restarts=0
+while true; do
+  status=0
+  wait -n "$envoy_pid" "$controller_pid" || status=$?
+  if ! kill -0 "$envoy_pid" 2>/dev/null; then
+    echo "wasm-epp: Envoy exited (status $status); stopping the controller" >&2
+    stop "$((status == 0 ? 1 : status))"
+  fi
+  if (( restarts == 0 && status == EXIT_USAGE )); then
+    echo "wasm-epp: the controller exited at start (status $status); fix the configuration above" >&2
+    stop "$((status == 0 ? 1 : status))"
+  fi
+  if (( SECONDS - controller_started >= BACKOFF_RESET_AFTER )); then
+    backoff=$BACKOFF_FIRST
+  fi
+  echo "wasm-epp: controller exited (status $status); Envoy keeps routing on its last snapshot; restarting the controller in ${backoff} s" >&2
+  sleep "$backoff" &
+  wait $! || true
+  backoff=$((backoff * 2 > BACKOFF_MAX ? BACKOFF_MAX : backoff * 2))
+  restarts=$((restarts + 1))
+  start_controller
+done
