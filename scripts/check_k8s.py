@@ -821,11 +821,22 @@ def check_module_copies(u: Universe, doc: Doc) -> dict[str, str]:
 
 
 def check_envoy_deployment(u: Universe, doc: Doc, envoy_files: dict[tuple[str, str], set[str]]) -> None:
-    """Envoy containers: the module paths their config names must be copied there first."""
+    """Envoy containers: the module paths their config names must be copied there first, and
+    no probe may take Envoy down because the controller is away (the data plane outlives the
+    control plane): no liveness probe, and probes only on Envoy's own ports."""
     copies = check_module_copies(u, doc)
+    controller_ports = {port_of(parse_args(c.get("args")).get(flag))
+                        for c in controller_containers(doc)
+                        for flag in ("--listen", "--metrics-listen")} - {None}
     for c in containers(doc):
         if "envoy" not in str(c.get("image", "")):
             continue
+        if c.get("livenessProbe"):
+            u.fail(doc, f"container {c.get('name')}: a livenessProbe would restart Envoy, which must keep routing whatever the controller does")
+        for probe in ("readinessProbe", "startupProbe"):
+            port = container_port(c, get(c, f"{probe}.httpGet.port"))
+            if port is not None and port in controller_ports:
+                u.fail(doc, f"container {c.get('name')}: {probe} on the controller's port {port} ties Envoy to the controller")
         args = [str(a) for a in as_list(c.get("args"))]
         config = args[args.index("-c") + 1] if "-c" in args[:-1] else None
         source = mounted_config_key(u, doc, c, config) if config else None
@@ -1126,6 +1137,8 @@ SELF_TESTS: list[tuple[str, Callable[[Path], None], str, Options]] = [
     ("Role without watch", edit_doc(f"{EG}/controller.yaml", "Role", drop_verb), "watch", Options(False, False, False)),
     ("Deployment fails the schema", edit_doc(f"{EG}/controller.yaml", "Deployment", set_value("spec.replicas", "two")), "schema", Options(False, False, False)),
     ("Deployment with an unknown field", edit_doc("examples/sidecar/deployment.yaml", "Deployment", set_value("spec.replica", 2)), "schema", Options(False, False, False)),
+    ("sidecar Envoy with a liveness probe", edit_doc("examples/sidecar/deployment.yaml", "Deployment", set_value("spec.template.spec.containers.0.livenessProbe", {"httpGet": {"path": "/ready", "port": "ready"}})), "livenessProbe would restart Envoy", Options(False, False, False)),
+    ("sidecar Envoy ready only with the controller", edit_doc("examples/sidecar/deployment.yaml", "Deployment", set_value("spec.template.spec.containers.0.readinessProbe.httpGet.port", 9090)), "ties Envoy to the controller", Options(False, False, False)),
     ("sidecar Envoy without the flag", edit_text("examples/sidecar/envoy-config.yaml", f"{STOP_ITERATION}: true", f"{STOP_ITERATION}: false"), STOP_ITERATION, Options(False, False, False)),
     ("plain Envoy poller on a missing cluster", edit_text("examples/plain-envoy/envoy-config.yaml", '"controllerCluster": "wasm_epp_controller"', '"controllerCluster": "nowhere"'), "controllerCluster", Options(False, False, False)),
     ("module copied elsewhere", edit_text("examples/plain-envoy/deployment.yaml", "/wasm/wasm-epp.wasm]", "/tmp/wasm-epp.wasm]"), "not copied", Options(False, False, False)),
