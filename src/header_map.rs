@@ -29,10 +29,12 @@ impl<'a> HeaderMap<'a> {
             let name_len = read_u32(data, size_at)?;
             let value_len = read_u32(data, size_at + 4)?;
             size_at += 8;
-            let name = data.get(at..at.checked_add(name_len)?)?;
-            at = at.checked_add(name_len + 1)?;
-            let value = data.get(at..at.checked_add(value_len)?)?;
-            at = at.checked_add(value_len + 1)?;
+            // Each end is within `data`, so stepping over its NUL cannot overflow.
+            let name_end = at.checked_add(name_len)?;
+            let name = data.get(at..name_end)?;
+            let value_end = (name_end + 1).checked_add(value_len)?;
+            let value = data.get(name_end + 1..value_end)?;
+            at = value_end + 1;
             Some((name, value))
         })
     }

@@ -72,8 +72,8 @@ impl PickerHttp {
     /// Reads the control headers (one host call for the whole map, looked up in place) and
     /// removes those present.
     fn read_controls(&mut self) {
-        let headers = counted(RequestHeaders::read());
-        let headers = headers.map();
+        let read = counted(RequestHeaders::read());
+        let headers = read.map();
         self.controls = Controls::read(|name| headers.get_string(name));
         // Control headers never reach a model server; a client's destination never survives
         // (Envoy's config strips it before the filter too; a routed request's is replaced, an
