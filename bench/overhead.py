@@ -141,8 +141,7 @@ def _start_floor_envoy(ctx, procs, controller: common.Controller, sims,
     does nothing)."""
     wasm = ctx.repo.joinpath(*FLOOR_WASM)
     if not wasm.is_file():
-        raise FileNotFoundError(f"{wasm} is missing; run `cargo build --target wasm32-wasip1 "
-                                "--profile wasm -p wasm-epp-host-floor`")
+        raise FileNotFoundError(f"{wasm} is missing; run `make wasm-host-floor`")
     admin, port = common.free_port(), common.free_port()
     addresses = ",".join(f"127.0.0.1:{s.port}" for s in sims)
     config = common.epp_envoy_config(ctx, admin, port, controller, filter_config=addresses,

@@ -68,7 +68,7 @@ while true; do
   fi
   if (( restarts == 0 && status == EXIT_USAGE )); then
     echo "wasm-epp: the controller exited at start (status $status); fix the configuration above" >&2
-    stop "$((status == 0 ? 1 : status))"
+    stop "$status"
   fi
   if (( SECONDS - controller_started >= BACKOFF_RESET_AFTER )); then
     backoff=$BACKOFF_FIRST
