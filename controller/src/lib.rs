@@ -3,7 +3,8 @@
 //! snapshots that the wasm-epp filter inside Envoy long-polls.
 //!
 //! Data flow: [`discovery`] → [`store`] ← [`scrape`] (via [`prometheus`] and [`extract`]);
-//! [`serve`] hands the store's snapshots to Envoy and [`admin`] exposes health and metrics.
+//! [`serve`] hands the store's snapshots to Envoy (and relays prefix records between Envoy
+//! replicas through [`records`]) and [`admin`] exposes health and metrics.
 //! [`cli`] and [`config`] turn flags and files into the settings `main` wires together;
 //! [`manifests`] loads and watches InferenceObjective / InferenceModelRewrite objects.
 
@@ -18,6 +19,7 @@ pub mod extract;
 pub mod http;
 pub mod manifests;
 pub mod prometheus;
+pub mod records;
 pub mod scrape;
 pub mod serve;
 pub mod store;

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use wasm_epp_controller::cli::{Cli, Settings, StartupError};
 use wasm_epp_controller::discovery::Discovery;
+use wasm_epp_controller::records::RecordLog;
 use wasm_epp_controller::store::Store;
 use wasm_epp_controller::{admin, config, log, scrape, serve};
 
@@ -108,6 +109,7 @@ async fn run(settings: Settings) -> Result<(), Failure> {
         Store::with_manifests(settings.profile, settings.endpoints, manifests)
             .unready_after(settings.scrape.failures_before_unready),
     );
+    let records = Arc::new(RecordLog::new(&store.current().snapshot.instance, false));
     // Scraping, and with it readiness, starts once discovery holds a complete endpoint list.
     let (synced, discovery_synced) = oneshot::channel();
     let scrape = {
@@ -124,6 +126,7 @@ async fn run(settings: Settings) -> Result<(), Failure> {
         tokio::spawn(serve::run(
             snapshot_listener,
             store.clone(),
+            records,
             settings.long_poll_max,
             settings.wasm,
         )),

@@ -12,7 +12,8 @@
 //! Every answer carries `x-snapshot-version` and `x-snapshot-instance` (on a 304, the
 //! current ones).
 //!
-//! The same listener serves EDS for Envoy's REST-JSON xDS: `POST /v3/discovery:endpoints`
+//! The same listener serves the prefix-record exchange between Envoy replicas
+//! (`/v1/prefix-records`, see [`crate::records`]), EDS for Envoy's REST-JSON xDS: `POST /v3/discovery:endpoints`
 //! (see [`crate::eds`]), and, with `--wasm-file`, the filter module itself for Envoy Gateway's
 //! remote Wasm fetch: `GET /wasm-epp.wasm` and its SHA-256, `GET /wasm-epp.wasm.sha256`.
 
@@ -32,12 +33,14 @@ use tokio::net::TcpListener;
 
 use crate::eds;
 use crate::http::{self, Reply};
+use crate::log;
+use crate::records::{self, RecordLog};
 use crate::store::{Counters, Held, Published, Store, Wait};
 
 /// The response header carrying the snapshot version.
 pub const VERSION_HEADER: &str = "x-snapshot-version";
 
-/// The response header carrying the controller instance id.
+/// The response header carrying the controller instance id (also on record answers).
 pub const INSTANCE_HEADER: &str = "x-snapshot-instance";
 
 /// Where the filter module is served.
@@ -85,22 +88,26 @@ impl WasmModule {
 pub async fn run(
     listener: TcpListener,
     store: Arc<Store>,
+    records: Arc<RecordLog>,
     long_poll_max: Duration,
     wasm: Option<WasmModule>,
 ) {
     let wasm = wasm.map(Arc::new);
     http::serve(listener, "snapshot API", move |request| {
         let store = store.clone();
+        let records = records.clone();
         let wasm = wasm.clone();
-        async move { route(&store, long_poll_max, wasm.as_deref(), request).await }
+        async move { route(&store, &records, long_poll_max, wasm.as_deref(), request).await }
     })
     .await
 }
 
-/// Answers one request: `POST /v3/discovery:endpoints` → EDS, `GET` of a module path with a
-/// module → the module or its digest, other `GET`s → [`handle`], anything else → 405.
+/// Answers one request: `POST /v3/discovery:endpoints` → EDS, `/v1/prefix-records` → the
+/// record exchange, `GET` of a module path with a module → the module or its digest, other
+/// `GET`s → [`handle`], anything else → 405.
 pub async fn route<B>(
     store: &Store,
+    records: &RecordLog,
     long_poll_max: Duration,
     wasm: Option<&WasmModule>,
     request: Request<B>,
@@ -109,30 +116,31 @@ where
     B: Body,
     B::Error: Into<Box<dyn Error + Send + Sync>>,
 {
-    let is_eds = request.uri().path() == eds::PATH;
+    let path = request.uri().path();
+    let is_eds = path == eds::PATH;
+    let is_records = path == records::PATH;
     match *request.method() {
         Method::POST if is_eds => {
-            let body = match Limited::new(request.into_body(), eds::MAX_REQUEST_BYTES)
-                .collect()
-                .await
-            {
-                Ok(body) => body.to_bytes(),
-                Err(e) => {
-                    let status = if e.downcast_ref::<LengthLimitError>().is_some() {
-                        StatusCode::PAYLOAD_TOO_LARGE
-                    } else {
-                        StatusCode::BAD_REQUEST
-                    };
-                    return http::reply(
-                        status,
-                        http::TEXT,
-                        format!("cannot read the request body: {e}\n"),
-                    );
-                }
+            let body = match read_body(request, eds::MAX_REQUEST_BYTES).await {
+                Ok(body) => body,
+                Err(reply) => return reply,
             };
             eds::reply(&store.current().snapshot, &body)
         }
         _ if is_eds => http::method_not_allowed("POST"),
+        Method::POST if is_records => {
+            let replica = http::query_value(request.uri().query(), "replica")
+                .unwrap_or_default()
+                .to_string();
+            // One byte over the limit is enough to tell an oversize batch apart.
+            let body = match read_body(request, records::MAX_BATCH_BYTES + 1).await {
+                Ok(body) => body,
+                Err(reply) => return reply,
+            };
+            upload(records, &replica, body)
+        }
+        Method::GET if is_records => download(records, long_poll_max, request.uri()).await,
+        _ if is_records => http::method_not_allowed("GET or POST"),
         Method::GET => match (request.uri().path(), wasm) {
             (WASM_PATH, Some(module)) => http::reply(StatusCode::OK, WASM, module.bytes.clone()),
             (WASM_SHA256_PATH, Some(module)) => {
@@ -142,6 +150,86 @@ where
         },
         _ => http::method_not_allowed("GET"),
     }
+}
+
+/// The request's body up to `limit` bytes; 413 beyond it, 400 if it cannot be read.
+async fn read_body<B>(request: Request<B>, limit: usize) -> Result<Bytes, Reply>
+where
+    B: Body,
+    B::Error: Into<Box<dyn Error + Send + Sync>>,
+{
+    match Limited::new(request.into_body(), limit).collect().await {
+        Ok(body) => Ok(body.to_bytes()),
+        Err(e) => {
+            let status = if e.downcast_ref::<LengthLimitError>().is_some() {
+                StatusCode::PAYLOAD_TOO_LARGE
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            Err(http::reply(
+                status,
+                http::TEXT,
+                format!("cannot read the request body: {e}\n"),
+            ))
+        }
+    }
+}
+
+/// Takes one replica's batch of prefix records: 204, or the refusal's status with its reason
+/// (logged with the replica's id, at most once per replica per [`records::LOG_EVERY`]).
+fn upload(record_log: &RecordLog, replica: &str, body: Bytes) -> Reply {
+    let size = body.len();
+    match record_log.append(replica, body, std::time::Instant::now()) {
+        Ok(_) => http::empty(StatusCode::NO_CONTENT),
+        Err((refusal, logged)) => {
+            if let Some(count) = logged {
+                log!(
+                    "prefix records: refused {count} batch(es) from replica {replica:?} ({size} bytes): {refusal}"
+                );
+            }
+            let status = match refusal {
+                records::Refusal::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                records::Refusal::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            http::reply(status, http::TEXT, format!("{refusal}\n"))
+        }
+    }
+}
+
+/// Answers one replica's (long-)poll for the others' records.
+async fn download(record_log: &RecordLog, long_poll_max: Duration, uri: &Uri) -> Reply {
+    let query = uri.query();
+    let (since, wait_ms) = match (
+        http::query_u64(query, "since"),
+        http::query_u64(query, "wait_ms"),
+    ) {
+        (Ok(since), Ok(wait_ms)) => (since.unwrap_or(0), wait_ms.unwrap_or(0)),
+        (Err(e), _) | (_, Err(e)) => {
+            return http::reply(StatusCode::BAD_REQUEST, http::TEXT, format!("{e}\n"))
+        }
+    };
+    let replica = http::query_value(query, "replica").unwrap_or_default();
+    let wait = Duration::from_millis(wait_ms).min(long_poll_max);
+    let answer = record_log
+        .wait_since(replica, since, http::query_value(query, "instance"), wait)
+        .await;
+    let mut reply = if answer.body.is_empty() {
+        http::empty(StatusCode::NOT_MODIFIED)
+    } else {
+        http::reply(StatusCode::OK, BINARY, answer.body)
+    };
+    let headers = reply.headers_mut();
+    headers.insert(records::CURSOR_HEADER, HeaderValue::from(answer.cursor));
+    headers.insert(
+        records::SHARE_HEADER,
+        HeaderValue::from_static(if answer.share { "1" } else { "0" }),
+    );
+    if let Ok(instance) = HeaderValue::from_str(record_log.instance()) {
+        headers.insert(INSTANCE_HEADER, instance);
+    }
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    reply
 }
 
 /// Answers one GET request for `uri`.
@@ -187,6 +275,8 @@ pub async fn handle(store: &Store, long_poll_max: Duration, uri: &Uri) -> Reply 
 
 /// Content type of the module.
 const WASM: &str = "application/wasm";
+/// Content type of record batches.
+const BINARY: &str = "application/octet-stream";
 
 fn snapshot_reply(published: &Published) -> Reply {
     with_version(
@@ -331,10 +421,95 @@ mod tests {
                 body.to_string(),
             )))
             .unwrap();
-        let reply = route(store, Duration::from_secs(1), None, request).await;
+        let records = RecordLog::new("test", false);
+        let reply = route(store, &records, Duration::from_secs(1), None, request).await;
         let status = reply.status();
         let body = reply.into_body().collect().await.unwrap().to_bytes();
         (status, body.to_vec())
+    }
+
+    /// Sends `body` with `method` to `path` through [`route`] with the record log `records`;
+    /// the status, the record headers (cursor, share) and the body.
+    async fn exchange(
+        records: &RecordLog,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Option<String>, Option<String>, Vec<u8>) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap();
+        let reply = route(&store(), records, Duration::from_secs(1), None, request).await;
+        let header = |name| {
+            reply
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let (cursor, share) = (
+            header(records::CURSOR_HEADER),
+            header(records::SHARE_HEADER),
+        );
+        let status = reply.status();
+        let body = reply.into_body().collect().await.unwrap().to_bytes();
+        (status, cursor, share, body.to_vec())
+    }
+
+    #[tokio::test]
+    async fn prefix_records_go_from_one_replica_to_the_others() {
+        let records = RecordLog::new("ctl", false);
+        let batch: Vec<u8> = [5u64, 1_000, 1, 42]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let path = |query: &str| format!("{}?{query}", records::PATH);
+        let (status, _, _, _) =
+            exchange(&records, Method::POST, &path("replica=a"), batch.clone()).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+        let (status, cursor, share, body) = exchange(
+            &records,
+            Method::GET,
+            &path("replica=b&since=0&instance=ctl&wait_ms=10"),
+            vec![],
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, batch);
+        assert_eq!(cursor.as_deref(), Some("1"));
+        assert_eq!(share.as_deref(), Some("1"), "a and b are both live");
+        let (status, _, _, body) = exchange(
+            &records,
+            Method::GET,
+            &path("replica=a&since=0&instance=ctl&wait_ms=10"),
+            vec![],
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::NOT_MODIFIED,
+            "a's own batch is not sent back"
+        );
+        assert!(body.is_empty());
+        for (query, body, expected) in [
+            ("replica=a", b"garbage".to_vec(), StatusCode::BAD_REQUEST),
+            ("replica=", batch.clone(), StatusCode::BAD_REQUEST),
+            (
+                "replica=a",
+                vec![0; records::MAX_BATCH_BYTES + 8],
+                StatusCode::PAYLOAD_TOO_LARGE,
+            ),
+        ] {
+            let (status, _, _, text) = exchange(&records, Method::POST, &path(query), body).await;
+            assert_eq!(status, expected, "{query}");
+            assert!(!text.is_empty(), "a refusal says why");
+        }
+        let (status, ..) = exchange(&records, Method::PUT, &path("replica=a"), vec![]).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        let (status, ..) = exchange(&records, Method::GET, &path("since=x"), vec![]).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
     }
 
     #[tokio::test]
@@ -377,7 +552,8 @@ mod tests {
             .uri(path)
             .body(http_body_util::Empty::<bytes::Bytes>::new())
             .unwrap();
-        let reply = route(store, Duration::from_secs(1), wasm, request).await;
+        let records = RecordLog::new("test", false);
+        let reply = route(store, &records, Duration::from_secs(1), wasm, request).await;
         let status = reply.status();
         let content_type = reply
             .headers()
