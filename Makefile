@@ -96,10 +96,10 @@ kind-down:
 check-k8s: $(K8S_DEPS)
 	$(VENV)/bin/python scripts/check_k8s.py
 
-## run: controller + Envoy in the foreground for your config (EPP_CONFIG=path [EPP_MANIFESTS=path])
+## run: controller + Envoy in the foreground for your config (EPP_CONFIG=path [EPP_MANIFESTS=path] [EPP_REPLICAS=N])
 run: build envoy
 	EPP_CONFIG="$(EPP_CONFIG)" EPP_MANIFESTS="$(EPP_MANIFESTS)" EPP_ENDPOINTS="$(EPP_ENDPOINTS)" \
-	  EPP_ENVOY="$(EPP_ENVOY)" bash scripts/run.sh
+	  EPP_ENVOY="$(EPP_ENVOY)" EPP_REPLICAS="$(EPP_REPLICAS)" bash scripts/run.sh
 
 ## test: lints, unit tests (native and wasm32 under Node), controller tests, end-to-end tests
 test: lint check-k8s test-unit test-wasm test-e2e
@@ -121,7 +121,7 @@ test-wasm: $(WASM_BINDGEN_RUNNER)
 	  cargo test --locked --target wasm32-unknown-unknown -p wasm-epp --lib --no-default-features
 
 test-e2e: build envoy
-	cargo test --locked -p wasm-epp --test e2e --test scheduling --test gateway_mode --test protocols --test resilience --test make_run -- --test-threads 2
+	cargo test --locked -p wasm-epp --test e2e --test scheduling --test gateway_mode --test protocols --test resilience --test make_run --test replicas -- --test-threads 2
 
 clean:
 	cargo clean

@@ -29,6 +29,12 @@
 //! callback, off the request path; so a request makes no host call to learn whether the
 //! snapshot changed (the heartbeat still checks, in case a notice was missed).
 //!
+//! Records also travel between Envoy replicas (see [`crate::replica_records`]): while the
+//! controller says replicas share ([`SHARE_KEY`]), a decision that made new records also
+//! enqueues them, without counts, to the poller's [`UPLINK_QUEUE`]; the poller hands the
+//! other replicas' records to every live worker ([`deliver_replica_records`]), learnt like a
+//! peer's but never published again.
+//!
 //! So a record reaches every other worker as soon as its thread runs the queued callback, a
 //! decision costs one enqueue per peer, and an idle worker wakes once per heartbeat (a timer
 //! tick costs Envoy about 0.2 ms of CPU on the 2-core benchmark VM, so ticking every 10 ms, as
@@ -66,6 +72,13 @@ const SNAPSHOT_NOTICE: [u8; 8] = *b"wasmeps\x01";
 const WHOLE_TABLE: u64 = 1;
 /// Flag: the sender is active (and wants every decision's records and counts at once).
 const ACTIVE: u64 = 2;
+/// Sender id of the other Envoy replicas' records (no worker id contains `-`).
+const REPLICAS_SENDER: &str = "other-replicas";
+/// The poller's queue for this Envoy's records, registered only while replicas share them.
+pub const UPLINK_QUEUE: &str = "wasm-epp.uplink";
+/// Shared-data key: `1` while this Envoy's records go to the other replicas (the poller
+/// writes it as the controller says), else `0` or absent.
+pub const SHARE_KEY: &str = "wasm-epp.uplink.share";
 /// A worker that has routed no request for this long (and is older than this) is inactive.
 pub const ACTIVE_MS: u64 = 10_000;
 /// Most record words kept for the peers that get them with the heartbeat.
@@ -216,6 +229,8 @@ pub struct Exchange {
     buffer: RefCell<Vec<u8>>,
     /// A snapshot notice arrived since [`take_snapshot_notice`](Self::take_snapshot_notice).
     snapshot_notice: bool,
+    /// The poller's [`UPLINK_QUEUE`] while records are shared with the other replicas.
+    uplink: Option<u32>,
 }
 
 impl Exchange {
@@ -257,8 +272,9 @@ impl Exchange {
 
     /// After a routed decision: sends `index`'s new records and the pending in-flight changes
     /// to every live active peer, as one message each, and keeps the records for the others'
-    /// next heartbeat; returns the host calls made (one enqueue per active peer). Alone,
-    /// nothing is sent and nothing kept.
+    /// next heartbeat; returns the host calls made (one enqueue per active peer, and one to
+    /// the poller's uplink when records are shared with other Envoy replicas and the decision
+    /// made new ones). Alone, nothing is sent and nothing kept.
     pub fn send(&mut self, queues: &impl SharedQueues, index: &mut PrefixIndex) -> u64 {
         let woke = !self.active;
         self.active = true;
@@ -273,9 +289,18 @@ impl Exchange {
             }
         }
         let mut sent = 0;
+        if let (Some(uplink), false) = (self.uplink, records.is_empty()) {
+            // Only the records: the other replicas count their own requests in flight.
+            let mut buffer = self.buffer.borrow_mut();
+            encode(&mut buffer, REPLICAS_SENDER, false, false, &[], records);
+            if !queues.enqueue(uplink, &buffer) {
+                self.uplink = None;
+            }
+            sent += 1;
+        }
         if woke || !records.is_empty() || self.pending.iter().any(|c| c.1 != 0) {
             // A worker waking up tells every peer, so they send it everything again.
-            sent = self.broadcast(queues, |p| woke || p.active, false, &self.pending, records);
+            sent += self.broadcast(queues, |p| woke || p.active, false, &self.pending, records);
         }
         index.clear_outbox();
         self.pending.clear();
@@ -318,6 +343,7 @@ impl Exchange {
             self.registered = register(store, me.as_str());
         }
         self.refresh_peers(store, queues, me.as_str(), now_unix_ms);
+        self.refresh_uplink(store, queues);
         self.expire_senders(now_unix_ms);
         self.pending.clear();
         let table: Vec<(u64, i64)> = in_flight.iter().map(|(&k, &n)| (k, i64::from(n))).collect();
@@ -373,6 +399,10 @@ impl Exchange {
         now: u64,
         index: &mut PrefixIndex,
     ) {
+        if message.sender == REPLICAS_SENDER {
+            index.learn_groups(&message.records);
+            return;
+        }
         if self
             .me
             .as_ref()
@@ -423,6 +453,17 @@ impl Exchange {
             live
         });
         sums.retain(|_, n| *n != 0);
+    }
+
+    /// Follows [`SHARE_KEY`]: resolves the poller's uplink while records are shared, drops it
+    /// otherwise (one host call, two when the uplink is new).
+    fn refresh_uplink(&mut self, store: &impl SharedStore, queues: &impl SharedQueues) {
+        let shared = matches!(store.get(SHARE_KEY), Some((Some(v), _)) if v == b"1");
+        self.uplink = if shared {
+            self.uplink.or_else(|| queues.resolve(UPLINK_QUEUE))
+        } else {
+            None
+        };
     }
 
     /// Reads the registry and the peers' heartbeats: live peers are sent to (their inboxes
@@ -507,10 +548,37 @@ impl Exchange {
 }
 
 /// Tells every live worker of the registry that a new snapshot was published (from the poller,
-/// after publishing it); returns the host calls made: the registry, and per worker its
-/// heartbeat, its inbox and one enqueue of 8 bytes (tens of µs each, once per snapshot, on
-/// the poller's thread).
+/// after publishing it); returns the host calls made (see [`to_live_workers`]).
 pub fn notify_snapshot(store: &impl SharedStore, queues: &impl SharedQueues, now: u64) -> u64 {
+    to_live_workers(store, queues, now, &SNAPSHOT_NOTICE)
+}
+
+/// Hands every live worker the prefix records of the other Envoy replicas (from the poller,
+/// as the controller passes them on), in [`PrefixIndex::outbox`]'s form; the workers learn
+/// them without publishing them again. Returns the host calls made (see [`to_live_workers`]).
+pub fn deliver_replica_records(
+    store: &impl SharedStore,
+    queues: &impl SharedQueues,
+    now: u64,
+    records: &[u64],
+) -> u64 {
+    if records.is_empty() {
+        return 0;
+    }
+    let mut message = Vec::new();
+    encode(&mut message, REPLICAS_SENDER, false, false, &[], records);
+    to_live_workers(store, queues, now, &message)
+}
+
+/// Enqueues `message` to every live worker of the registry; returns the host calls made: the
+/// registry, and per worker its heartbeat, its inbox and one enqueue (tens of µs each, on the
+/// poller's thread, once per snapshot or batch of the other replicas' records).
+fn to_live_workers(
+    store: &impl SharedStore,
+    queues: &impl SharedQueues,
+    now: u64,
+    message: &[u8],
+) -> u64 {
     let Some((Some(registry), _)) = store.get(REGISTRY_KEY) else {
         return 1;
     };
@@ -526,7 +594,7 @@ pub fn notify_snapshot(store: &impl SharedStore, queues: &impl SharedQueues, now
         calls += 1;
         if let Some(queue) = queues.resolve(&inbox_name(id)) {
             calls += 1;
-            queues.enqueue(queue, &SNAPSHOT_NOTICE);
+            queues.enqueue(queue, message);
         }
     }
     calls
@@ -644,6 +712,53 @@ mod tests {
         assert_eq!(Message::decode(&SNAPSHOT_NOTICE), None);
         // No registry yet: one call, nothing sent.
         assert_eq!(notify_snapshot(&Host::default(), &Host::default(), 1), 1);
+    }
+
+    #[test]
+    fn records_go_to_the_uplink_only_while_replicas_share() {
+        let host = Host::default();
+        let mut w = started(&host, 2);
+        let uplink = host.register(UPLINK_QUEUE).unwrap();
+        // No share flag yet: a decision enqueues to its peer only.
+        assert_eq!(w[0].decide(&host, 5, &[11], 1_001), 1);
+        assert_eq!(host.dequeue(uplink), None);
+        host.set(SHARE_KEY, b"1", None);
+        w[0].tick(&host, 2_000);
+        w[1].ready(&host, 2_000);
+        // Sharing: new records also go to the uplink, records only, once per decision.
+        assert_eq!(w[0].decide(&host, 5, &[12, 13], 2_001), 2);
+        let sent = Message::decode(&host.dequeue(uplink).unwrap()).unwrap();
+        assert_eq!(sent.records, vec![5, 2_001, 2, 12, 13]);
+        assert!(sent.counts.is_empty());
+        // A decision with nothing new to record costs no uplink enqueue.
+        assert_eq!(w[0].decide(&host, 5, &[12, 13], 2_002), 1);
+        assert_eq!(host.dequeue(uplink), None);
+        // Sharing off again: the uplink is dropped at the next heartbeat.
+        host.set(SHARE_KEY, b"0", None);
+        w[0].tick(&host, 3_000);
+        assert_eq!(w[0].decide(&host, 5, &[14], 3_001), 1);
+        assert_eq!(host.dequeue(uplink), None);
+    }
+
+    #[test]
+    fn the_other_replicas_records_are_learnt_by_every_worker_and_not_republished() {
+        let host = Host::default();
+        let mut w = started(&host, 2);
+        let owned = [endpoint(1, 0, 0.0)];
+        let key = owned[0].index_key();
+        // Registry, then per worker: its heartbeat, its inbox, one enqueue.
+        assert_eq!(
+            deliver_replica_records(&host, &host, 1_500, &[key, 1_400, 2, 21, 22]),
+            1 + 2 * 3
+        );
+        assert_eq!(deliver_replica_records(&host, &host, 1_500, &[]), 0);
+        for worker in &mut w {
+            assert_eq!(worker.ready(&host, 1_500), 1);
+            assert_eq!(worker.index.matched_entries(&[key], &[21, 22]), vec![2]);
+            assert!(worker.index.take_outbox().is_empty());
+            // Not a peer: nobody is sent anything because of it.
+            assert_eq!(worker.exchange.peers(), (1, 1));
+        }
     }
 
     #[test]

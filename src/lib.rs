@@ -12,6 +12,7 @@ pub mod lease;
 pub mod phases;
 pub mod picker;
 pub mod plugin_config;
+pub mod replica_records;
 pub mod request;
 pub mod rewrite;
 pub mod scheduler;

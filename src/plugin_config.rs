@@ -66,6 +66,11 @@ pub struct PollerConfig {
     pub long_poll_ms: u64,
     /// Delay before retrying after a failed poll, in milliseconds.
     pub retry_ms: u64,
+    /// Path of the controller's prefix-record exchange between Envoy replicas.
+    pub records_path: String,
+    /// Whether this Envoy shares prefix records with the other replicas (while the controller
+    /// says there are others); `false` keeps each replica's index to its own traffic.
+    pub share_prefix_records: bool,
 }
 
 impl Default for PollerConfig {
@@ -76,6 +81,8 @@ impl Default for PollerConfig {
             snapshot_path: "/v1/snapshot".to_string(),
             long_poll_ms: 25_000,
             retry_ms: 250,
+            records_path: "/v1/prefix-records".to_string(),
+            share_prefix_records: true,
         }
     }
 }

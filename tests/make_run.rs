@@ -2,8 +2,9 @@
 //! on routing on its last snapshot while the controller is restarted with a backoff, and only
 //! SIGTERM (or Ctrl-C) stops everything; a controller that cannot start at all (a bad
 //! configuration) stops everything with its status. The real script, Envoy, controller and a
-//! simulator on 127.0.0.1. The script listens on the shipped fixed ports (10000, 9901, 9002,
-//! 9090), so these tests take turns. Needs `make build envoy`.
+//! simulator on 127.0.0.1. `EPP_REPLICAS=N` starts N Envoy replicas on 10000+i (admin
+//! 9901+i) that learn each other's prefix records. The script listens on the shipped fixed
+//! ports (10000, 9901, 9002, 9090 and up), so these tests take turns. Needs `make build envoy`.
 
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -34,11 +35,17 @@ struct RunScript {
 
 impl RunScript {
     fn start(scratch: &Scratch, endpoints: &Path) -> RunScript {
+        RunScript::start_with(scratch, endpoints, &[])
+    }
+
+    /// Like [`start`](Self::start) with extra environment variables.
+    fn start_with(scratch: &Scratch, endpoints: &Path, env: &[(&str, &str)]) -> RunScript {
         let log = scratch.path("run.log");
         let file = fs::File::create(&log).expect("create run.log");
         let child = Command::new("bash")
             .arg(repo().join("scripts/run.sh"))
             .env("EPP_ENDPOINTS", endpoints)
+            .envs(env.iter().copied())
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("clone log"))
@@ -183,4 +190,76 @@ fn a_controller_that_cannot_start_stops_make_run_with_its_status() {
         "{log}"
     );
     assert_eq!(complete().status, 0, "Envoy still answers");
+}
+
+#[test]
+fn epp_replicas_starts_that_many_envoys_on_consecutive_ports_sharing_what_they_learn() {
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("make-run-replicas");
+    let sims: Vec<Sim> = ["r-x", "r-y", "r-z"]
+        .iter()
+        .map(|n| Sim::start(&scratch, n, &[]))
+        .collect();
+    let endpoints = endpoints_file(&scratch, &sims.iter().collect::<Vec<_>>());
+    let run = RunScript::start_with(&scratch, &endpoints, &[("EPP_REPLICAS", "2")]);
+    let url = |i: u16| format!("http://127.0.0.1:{}/v1/completions", 10_000 + i);
+    let stat = |i: u16| {
+        get(
+            &format!(
+                "http://127.0.0.1:{}/stats?filter=wasm_epp_replicas_sharing",
+                9_901 + i
+            ),
+            &[],
+        )
+        .body
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || (0..2).all(|i| post(
+            &url(i),
+            &completion(&unique("replica")),
+            &[]
+        )
+        .status
+            == 200
+            && stat(i).contains("wasm_epp_replicas_sharing: 1"))),
+        "the two replicas never both routed and shared:\n{}",
+        run.log()
+    );
+    let log = run.log();
+    assert!(
+        log.contains("Envoy replica 1 on http://127.0.0.1:10001 (admin 127.0.0.1:9902"),
+        "{log}"
+    );
+    // Their workers notice the sharing at their next heartbeat (1 s).
+    std::thread::sleep(Duration::from_millis(1_200));
+    for (i, from) in [0u16, 1, 0, 1].into_iter().enumerate() {
+        let system = format!("make run replicas {i}: be precise. ").repeat(250);
+        let first = post(&url(from), &completion(&format!("{system}one")), &[]);
+        std::thread::sleep(Duration::from_millis(200));
+        let second = post(&url(1 - from), &completion(&format!("{system}two")), &[]);
+        assert_eq!((first.status, second.status), (200, 200));
+        assert_eq!(
+            first.instance(),
+            second.instance(),
+            "prompt {i} from replica {from}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_replica_count_is_refused_before_anything_starts() {
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("make-run-bad-replicas");
+    let endpoints = endpoints_file(&scratch, &[]);
+    for bad in ["0", "two", "33"] {
+        let mut run = RunScript::start_with(&scratch, &endpoints, &[("EPP_REPLICAS", bad)]);
+        let status = run.wait(Duration::from_secs(10)).expect("exits at once");
+        assert_eq!(status.code(), Some(2), "EPP_REPLICAS={bad}");
+        assert!(
+            run.log()
+                .contains("EPP_REPLICAS must be a whole number from 1 to 32"),
+            "{}",
+            run.log()
+        );
+    }
 }

@@ -9,9 +9,10 @@
 //!   `[endpoint key, unix ms, n, hash × n]` → 204, or 400 (malformed), 413 (over
 //!   [`MAX_BATCH_BYTES`]) or 429 (over the replica's rate), each refusal logged with the
 //!   replica's id (at most one line per replica per [`LOG_EVERY`], with the count since).
-//! - `GET /v1/prefix-records?replica=R&since=C&instance=I&wait_ms=W` → 200 with the other
-//!   replicas' batches after cursor `C` (at most [`MAX_ANSWER_BYTES`]), held up to `W` ms
-//!   (capped by `--long-poll-max`) while there are none, else 304. A cursor from another
+//! - `GET /v1/prefix-records?replica=R&since=C&instance=I&share=S&wait_ms=W` → 200 with the
+//!   other replicas' batches after cursor `C` (at most [`MAX_ANSWER_BYTES`]), held up to `W` ms
+//!   (capped by `--long-poll-max`) while there are none and the replica's idea of sharing
+//!   (`S`, `0` or `1`; absent: none yet) is right, else 304. A cursor from another
 //!   controller instance (`I`) starts from the oldest batch kept, so a new replica, or one
 //!   whose controller restarted, warms its index from what the others learnt.
 //!
@@ -67,7 +68,7 @@ pub enum Refusal {
     #[error("malformed records: {0}")]
     Malformed(String),
     /// The body is larger than [`MAX_BATCH_BYTES`].
-    #[error("a batch of {0} bytes is over the limit of {MAX_BATCH_BYTES}")]
+    #[error("a batch of {0} bytes or more is over the limit of {MAX_BATCH_BYTES} bytes")]
     TooLarge(usize),
     /// The replica uploads faster than [`RATE_BYTES_PER_S`].
     #[error("over the upload rate of {RATE_BYTES_PER_S} bytes/s")]
@@ -175,6 +176,20 @@ impl Inner {
     }
 }
 
+/// Counts a refusal of `replica`'s upload; with it, whether to log it now (`Some(refusals
+/// since the last line)`, at most once per [`LOG_EVERY`]).
+fn refused(replica: &mut Replica, refusal: Refusal, now: Instant) -> (Refusal, Option<u64>) {
+    replica.unlogged += 1;
+    let due = replica
+        .logged
+        .is_none_or(|at| now.saturating_duration_since(at) >= LOG_EVERY);
+    if !due {
+        return (refusal, None);
+    }
+    replica.logged = Some(now);
+    (refusal, Some(std::mem::take(&mut replica.unlogged)))
+}
+
 /// What a download gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
@@ -245,15 +260,7 @@ impl RecordLog {
             }
         });
         if let Err(refusal) = checked {
-            entry.unlogged += 1;
-            let due = entry
-                .logged
-                .is_none_or(|at| now.saturating_duration_since(at) >= LOG_EVERY);
-            if !due {
-                return Err((refusal, None));
-            }
-            entry.logged = Some(now);
-            return Err((refusal, Some(std::mem::take(&mut entry.unlogged))));
+            return Err(refused(entry, refusal, now));
         }
         entry.allowance -= body.len() as f64;
         entry.bytes += body.len();
@@ -270,12 +277,26 @@ impl RecordLog {
         Ok(seq)
     }
 
+    /// Notes an upload from `replica` refused before it could be read whole (over
+    /// [`MAX_BATCH_BYTES`]), as [`append`](Self::append) notes its own refusals.
+    pub fn refuse(&self, replica: &str, refusal: Refusal, now: Instant) -> (Refusal, Option<u64>) {
+        if !valid_replica(replica) {
+            return (Refusal::BadReplica, Some(1));
+        }
+        refused(self.lock().replica(replica, now), refusal, now)
+    }
+
     /// The batches of replicas other than `replica` after `cursor`, oldest first, up to
     /// [`MAX_ANSWER_BYTES`]; notes that `replica` is live.
     pub fn since(&self, replica: &str, cursor: u64, now: Instant) -> Answer {
         let mut inner = self.lock();
         if valid_replica(replica) {
+            let new = !inner.replicas.contains_key(replica);
             inner.replica(replica, now);
+            if new {
+                // Waiting replicas learn at once that sharing may have become worth it.
+                self.latest.send_replace(inner.seq);
+            }
         }
         let mut found: Vec<&(u64, Bytes)> = inner
             .replicas
@@ -306,13 +327,15 @@ impl RecordLog {
         }
     }
 
-    /// Like [`since`](Self::since), but waits up to `wait` while there is nothing to give.
-    /// A cursor of another instance (`instance` not this log's) starts from the oldest batch.
+    /// Like [`since`](Self::since), but waits up to `wait` while there is nothing to give and
+    /// `shares` (what the replica believes) is what the answer would say. A cursor of another
+    /// instance (`instance` not this log's) starts from the oldest batch.
     pub async fn wait_since(
         &self,
         replica: &str,
         cursor: u64,
         instance: Option<&str>,
+        shares: Option<bool>,
         wait: Duration,
     ) -> Answer {
         let cursor = match instance {
@@ -323,7 +346,7 @@ impl RecordLog {
         let mut latest = self.latest.subscribe();
         loop {
             let answer = self.since(replica, cursor, Instant::now());
-            if !answer.body.is_empty() {
+            if !answer.body.is_empty() || shares != Some(answer.share) {
                 return answer;
             }
             match tokio::time::timeout_at(deadline, latest.changed()).await {
@@ -487,7 +510,7 @@ mod tests {
         let waiting = {
             let log = log.clone();
             tokio::spawn(async move {
-                log.wait_since("a", 0, Some("i"), Duration::from_secs(5))
+                log.wait_since("a", 0, Some("i"), Some(false), Duration::from_secs(5))
                     .await
             })
         };
@@ -501,14 +524,40 @@ mod tests {
         let answer = waiting.await.unwrap();
         assert_eq!(answer.body, b);
         assert_eq!(answer.cursor, 2);
+        assert!(answer.share);
         let none = log
-            .wait_since("a", 2, Some("i"), Duration::from_millis(20))
+            .wait_since("a", 2, Some("i"), Some(true), Duration::from_millis(20))
             .await;
         assert!(none.body.is_empty());
         // Another instance's cursor starts over.
         let restarted = log
-            .wait_since("a", 2, Some("other"), Duration::from_millis(20))
+            .wait_since("a", 2, Some("other"), Some(true), Duration::from_millis(20))
             .await;
         assert_eq!(restarted.body, b);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_replica_is_told_at_once_when_a_second_one_appears() {
+        let log = std::sync::Arc::new(RecordLog::new("i", false));
+        // Without an idea of sharing yet, the answer comes at once.
+        let first = log
+            .wait_since("a", 0, None, None, Duration::from_secs(5))
+            .await;
+        assert!(!first.share);
+        let waiting = {
+            let log = log.clone();
+            tokio::spawn(async move {
+                log.wait_since("a", 0, Some("i"), Some(false), Duration::from_secs(5))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished());
+        log.since("b", 0, Instant::now());
+        let answer = tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("answered when b appeared")
+            .unwrap();
+        assert!(answer.share && answer.body.is_empty());
     }
 }

@@ -21,7 +21,7 @@ use std::error::Error;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -34,7 +34,7 @@ use tokio::net::TcpListener;
 use crate::eds;
 use crate::http::{self, Reply};
 use crate::log;
-use crate::records::{self, RecordLog};
+use crate::records::{self, RecordLog, Refusal};
 use crate::store::{Counters, Held, Published, Store, Wait};
 
 /// The response header carrying the snapshot version.
@@ -132,9 +132,12 @@ where
             let replica = http::query_value(request.uri().query(), "replica")
                 .unwrap_or_default()
                 .to_string();
-            // One byte over the limit is enough to tell an oversize batch apart.
-            let body = match read_body(request, records::MAX_BATCH_BYTES + 1).await {
-                Ok(body) => body,
+            let body = match read_body(request, records::MAX_BATCH_BYTES).await {
+                Ok(body) => Ok(body),
+                Err(reply) if reply.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                    let over = records::MAX_BATCH_BYTES + 1;
+                    Err(records.refuse(&replica, Refusal::TooLarge(over), Instant::now()))
+                }
                 Err(reply) => return reply,
             };
             upload(records, &replica, body)
@@ -177,19 +180,22 @@ where
 
 /// Takes one replica's batch of prefix records: 204, or the refusal's status with its reason
 /// (logged with the replica's id, at most once per replica per [`records::LOG_EVERY`]).
-fn upload(record_log: &RecordLog, replica: &str, body: Bytes) -> Reply {
-    let size = body.len();
-    match record_log.append(replica, body, std::time::Instant::now()) {
+fn upload(
+    record_log: &RecordLog,
+    replica: &str,
+    body: Result<Bytes, (Refusal, Option<u64>)>,
+) -> Reply {
+    match body.and_then(|body| record_log.append(replica, body, Instant::now())) {
         Ok(_) => http::empty(StatusCode::NO_CONTENT),
         Err((refusal, logged)) => {
             if let Some(count) = logged {
                 log!(
-                    "prefix records: refused {count} batch(es) from replica {replica:?} ({size} bytes): {refusal}"
+                    "prefix records: refused {count} batch(es) from replica {replica:?}: {refusal}"
                 );
             }
             let status = match refusal {
-                records::Refusal::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-                records::Refusal::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+                Refusal::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                Refusal::RateLimited => StatusCode::TOO_MANY_REQUESTS,
                 _ => StatusCode::BAD_REQUEST,
             };
             http::reply(status, http::TEXT, format!("{refusal}\n"))
@@ -211,8 +217,19 @@ async fn download(record_log: &RecordLog, long_poll_max: Duration, uri: &Uri) ->
     };
     let replica = http::query_value(query, "replica").unwrap_or_default();
     let wait = Duration::from_millis(wait_ms).min(long_poll_max);
+    let shares = match http::query_value(query, "share") {
+        Some("1") => Some(true),
+        Some("0") => Some(false),
+        _ => None,
+    };
     let answer = record_log
-        .wait_since(replica, since, http::query_value(query, "instance"), wait)
+        .wait_since(
+            replica,
+            since,
+            http::query_value(query, "instance"),
+            shares,
+            wait,
+        )
         .await;
     let mut reply = if answer.body.is_empty() {
         http::empty(StatusCode::NOT_MODIFIED)

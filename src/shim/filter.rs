@@ -268,8 +268,14 @@ impl FilterRoot {
         PickerHttp::new(self.worker.clone())
     }
 
-    /// Learns what the other workers sent to this worker's inbox `queue`.
+    /// Learns what the other workers sent to this worker's inbox `queue`, or hands the
+    /// record uplink's messages to the leased poller.
     pub fn on_queue_ready(&mut self, queue: u32) {
+        if let Some(poller) = self.poller.as_mut() {
+            if poller.on_queue_ready(queue) {
+                return;
+            }
+        }
         self.worker.borrow_mut().on_queue_ready(queue);
     }
 

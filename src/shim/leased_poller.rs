@@ -49,6 +49,11 @@ impl LeasedPoller {
         }
     }
 
+    /// Takes what the workers enqueued to the record uplink; false when `queue` is another.
+    pub fn on_queue_ready(&mut self, queue: u32) -> bool {
+        self.poller.on_queue_ready(queue)
+    }
+
     /// Hands the controller's answer to the poller.
     pub fn on_http_call_response(
         &mut self,

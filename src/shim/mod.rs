@@ -7,6 +7,7 @@ mod http;
 mod leased_poller;
 mod phase_metrics;
 mod poller;
+mod records_channel;
 mod request_headers;
 mod shared;
 
@@ -67,8 +68,12 @@ impl RootContext for Root {
     }
 
     fn on_queue_ready(&mut self, queue_id: u32) {
-        if let Root::Filter(f) = self {
-            f.on_queue_ready(queue_id);
+        match self {
+            Root::Filter(f) => f.on_queue_ready(queue_id),
+            Root::Poller(p) => {
+                p.on_queue_ready(queue_id);
+            }
+            Root::Unconfigured => {}
         }
     }
 

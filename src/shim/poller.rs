@@ -10,6 +10,7 @@ use std::time::Duration;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType};
 
+use super::records_channel::RecordsChannel;
 use super::shared::{self, QueueHost, SharedHost};
 use crate::exchange;
 use crate::plugin_config::PollerConfig;
@@ -29,12 +30,23 @@ pub struct Poller {
     asked: Option<SnapshotId>,
     /// The workers' inboxes, told of each snapshot published.
     queues: QueueHost,
+    /// The outstanding snapshot poll's token.
+    snapshot_call: Option<u32>,
+    /// Prefix records to and from the other Envoy replicas (`sharePrefixRecords`).
+    records: Option<RecordsChannel>,
 }
 
 impl Poller {
     /// An active poller that has not polled yet.
     pub fn new(config: PollerConfig) -> Poller {
+        let records = config.share_prefix_records.then(|| {
+            RecordsChannel::new(QueueHost {
+                vm_id: shared::vm_id(),
+            })
+        });
         Poller {
+            snapshot_call: None,
+            records,
             config,
             in_flight: false,
             retry_after_ticks: 0,
@@ -64,8 +76,11 @@ impl Poller {
         }
     }
 
-    /// Polls again unless a call is outstanding.
+    /// Polls again unless a call is outstanding; the record channel's turn.
     pub fn on_tick(&mut self) {
+        if let (Some(records), true) = (self.records.as_mut(), self.active) {
+            records.on_tick(&self.config);
+        }
         if self.retry_after_ticks > 0 {
             self.retry_after_ticks -= 1;
             return;
@@ -100,7 +115,8 @@ impl Poller {
             vec![],
             timeout,
         ) {
-            Ok(_) => {
+            Ok(token) => {
+                self.snapshot_call = Some(token);
                 self.in_flight = true;
                 self.asked = held;
             }
@@ -108,15 +124,33 @@ impl Poller {
         }
     }
 
-    /// Handles the controller's answer: 200 publishes a newer snapshot, 304 polls again, and
-    /// anything else waits a tick.
+    /// Takes what the workers enqueued to the record uplink; false when `queue` is another.
+    pub fn on_queue_ready(&mut self, queue: u32) -> bool {
+        let active = self.active;
+        self.records
+            .as_mut()
+            .is_some_and(|records| records.on_queue_ready(queue, &self.config, active))
+    }
+
+    /// Handles the controller's answer: to a record call, the record channel's; to the
+    /// snapshot poll, 200 publishes a newer snapshot, 304 polls again, and anything else
+    /// waits a tick.
     pub fn on_http_call_response(
         &mut self,
-        _token: u32,
+        token: u32,
         _headers: usize,
         body_size: usize,
         _trailers: usize,
     ) {
+        if let Some(records) = self.records.as_mut() {
+            if records.on_http_call_response(token, body_size) {
+                return;
+            }
+        }
+        if self.snapshot_call != Some(token) {
+            return;
+        }
+        self.snapshot_call = None;
         self.in_flight = false;
         let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
             .ok()

@@ -181,6 +181,16 @@ pub fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> Reply {
     reply(request.send(body))
 }
 
+/// POSTs raw bytes to `url` as `application/octet-stream`.
+pub fn post_bytes(url: &str, body: &[u8]) -> Reply {
+    reply(
+        agent()
+            .post(url)
+            .header("content-type", "application/octet-stream")
+            .send(body),
+    )
+}
+
 /// GETs `url` with extra headers.
 pub fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
     let mut request = agent().get(url);
