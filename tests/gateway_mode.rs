@@ -221,8 +221,10 @@ fn the_controller_sees_one_poller_per_envoy_process() {
     let load = measure_poll_load(&g, Duration::from_secs(3));
     eprintln!("{WORKERS} workers, one poller expected: {load:?}");
     assert!(load.samples >= 100, "{load:?}");
-    // Never two polls at once, and a poll outstanding most of the time (long-polling).
-    assert_eq!(load.max_active, 1, "{load:?}");
+    // Never more than the one poller's two long-polls at once (the snapshot, and the other
+    // replicas' prefix records, held while there are none: 25 s for a lone replica), and a
+    // poll outstanding most of the time. Two pollers would hold up to four.
+    assert!(load.max_active <= 2, "{load:?}");
     assert!(load.samples_polling * 2 >= load.samples, "{load:?}");
     // About as many polls as one poller makes: one per published version (an idle pool
     // publishes about one a second: unchanged metrics are vouched for 2 s) or per 1 s wait.

@@ -16,9 +16,10 @@ use crate::prompts::LengthDist;
 #[command(name = "wasm-epp-loadgen", version)]
 pub struct Cli {
     /// Target URL (http only); a path ending in `chat/completions` sends chat
-    /// requests, any other path sends completions.
-    #[arg(long, value_parser = http_uri)]
-    pub url: Uri,
+    /// requests, any other path sends completions. Repeat it to spread the requests
+    /// round-robin over several targets (e.g. Envoy replicas), all on the same path.
+    #[arg(long, value_parser = http_uri, required = true)]
+    pub url: Vec<Uri>,
 
     /// Model named in every request (unless --lora is given).
     #[arg(long, default_value = "meta-llama/Llama-3.1-8B-Instruct")]
@@ -147,6 +148,20 @@ mod tests {
         assert_eq!(cli.timeout(), Duration::from_secs(60));
         assert!(cli.rate.is_none() && cli.lora.is_empty() && !cli.stream);
         assert_eq!(cli.length_dist, LengthDist::Fixed);
+    }
+
+    #[test]
+    fn several_urls_are_kept_in_order() {
+        let cli = parse(&[
+            "--url",
+            "http://a/v1/completions",
+            "--url",
+            "http://b/v1/completions",
+        ])
+        .expect("parses");
+        assert_eq!(cli.url.len(), 2);
+        assert_eq!(cli.url[1].host(), Some("b"));
+        assert!(parse(&[]).is_err(), "at least one --url");
     }
 
     #[test]

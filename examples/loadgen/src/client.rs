@@ -45,11 +45,12 @@ pub struct Response {
 /// What came of one request.
 pub type Outcome = Result<Response, Failure>;
 
-/// A keep-alive HTTP/1 client for one target, shared by all requests.
+/// A keep-alive HTTP/1 client for one target (or several taken in turn), shared by all
+/// requests.
 #[derive(Debug)]
 pub struct Target {
     client: Client<HttpConnector, Full<Bytes>>,
-    url: Uri,
+    urls: Vec<Uri>,
     api: Api,
     stream: bool,
     max_tokens: u32,
@@ -58,9 +59,10 @@ pub struct Target {
 }
 
 impl Target {
-    /// A client for `url`, pooling up to `connections` idle connections.
+    /// A client for `urls` (request `i` goes to `urls[i % len]`; at least one, all speaking
+    /// the first one's API), pooling up to `connections` idle connections per host.
     pub fn new(
-        url: Uri,
+        urls: Vec<Uri>,
         stream: bool,
         max_tokens: u32,
         instance_header: HeaderName,
@@ -73,10 +75,12 @@ impl Target {
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(connections)
             .build(connector);
-        let api = Api::of_path(url.path());
+        let api = urls
+            .first()
+            .map_or(Api::Completions, |u| Api::of_path(u.path()));
         Self {
             client,
-            url,
+            urls,
             api,
             stream,
             max_tokens,
@@ -90,15 +94,20 @@ impl Target {
         self.api
     }
 
-    /// Sends `plan` and reads the whole response, within the timeout.
-    pub async fn send(&self, plan: &RequestPlan) -> Outcome {
+    /// Sends `plan` as request `index` and reads the whole response, within the timeout.
+    pub async fn send(&self, plan: &RequestPlan, index: u32) -> Outcome {
+        let url = self
+            .urls
+            .get(index as usize % self.urls.len().max(1))
+            .cloned()
+            .unwrap_or_default();
         let body = self
             .api
             .body(plan, self.max_tokens, self.stream)
             .to_string();
         let request = Request::builder()
             .method(Method::POST)
-            .uri(self.url.clone())
+            .uri(url)
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| Failure::Transport(e.to_string()))?;

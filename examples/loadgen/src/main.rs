@@ -16,6 +16,7 @@ use clap::Parser;
 
 use crate::cli::Cli;
 use crate::client::Target;
+use crate::openai::Api;
 use crate::prompts::Workload;
 use crate::report::{Report, Setup};
 use crate::run::Load;
@@ -37,6 +38,12 @@ fn main() -> ExitCode {
     }
 }
 
+/// The target URLs as the report names them (comma-separated).
+fn targets(cli: &Cli) -> String {
+    let urls: Vec<String> = cli.url.iter().map(ToString::to_string).collect();
+    urls.join(",")
+}
+
 /// Runs the load, prints the report and writes the JSON file.
 async fn load(cli: Cli) -> Result<(), String> {
     let models = if cli.lora.is_empty() {
@@ -53,6 +60,13 @@ async fn load(cli: Cli) -> Result<(), String> {
     )
     .with_lengths(cli.length_dist, cli.max_tokens)
     .starting_at(cli.first_index);
+    let apis: Vec<_> = cli.url.iter().map(|u| Api::of_path(u.path())).collect();
+    if apis.windows(2).any(|pair| pair[0] != pair[1]) {
+        return Err(format!(
+            "every --url must speak the same API (chat or completions): {}",
+            targets(&cli)
+        ));
+    }
     let target = Target::new(
         cli.url.clone(),
         cli.stream,
@@ -63,7 +77,7 @@ async fn load(cli: Cli) -> Result<(), String> {
     );
     let setup = Setup {
         label: cli.label.clone(),
-        url: cli.url.to_string(),
+        url: targets(&cli),
         api: target.api().name(),
         stream: cli.stream,
         concurrency: cli.concurrency,
@@ -76,7 +90,7 @@ async fn load(cli: Cli) -> Result<(), String> {
     };
     let result = run::run(Arc::new(target), Arc::new(workload), load).await;
     if let Some(error) = report::unreachable(&result.outcomes) {
-        return Err(format!("cannot reach {}: {error}", cli.url));
+        return Err(format!("cannot reach {}: {error}", targets(&cli)));
     }
     let report = Report::new(setup, &result);
     print!("{report}");

@@ -48,7 +48,7 @@ pub async fn run(target: Arc<Target>, workload: Arc<Workload>, load: Load) -> Ru
         };
         let (target, workload) = (target.clone(), workload.clone());
         tasks.spawn(async move {
-            let outcome = target.send(&workload.plan(index)).await;
+            let outcome = target.send(&workload.plan(index), index).await;
             drop(slot);
             outcome
         });
