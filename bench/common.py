@@ -430,13 +430,20 @@ def _replace_once(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
+POLLER_CONFIG = '"longPollMs": 25000}'
+
+
 def epp_envoy_config(ctx: Ctx, admin_port: int, port: int, controller: Controller,
                      filter_config: str = '{"failOpen": false}',
-                     wasm: Path | None = None) -> str:
+                     wasm: Path | None = None, share_records: bool = True) -> str:
     """The shipped `envoy/envoy.yaml` (bootstrap poller singleton + wasm-epp filter +
     ORIGINAL_DST cluster) with its ports, controller address, .wasm path (`wasm`, default the
-    shipped build) and filter configuration JSON replaced."""
+    shipped build) and filter configuration JSON replaced; `share_records=False` keeps this
+    Envoy's prefix records from the other replicas (`sharePrefixRecords`)."""
     text = (ctx.repo / "envoy" / "envoy.yaml").read_text()
+    if not share_records:
+        text = _replace_once(text, POLLER_CONFIG,
+                             POLLER_CONFIG[:-1] + ', "sharePrefixRecords": false}')
     text = _replace_once(text, "port_value: 9901", f"port_value: {admin_port}")
     text = _replace_once(text, "port_value: 10000", f"port_value: {port}")
     text = _replace_once(text, "port_value: 9002", f"port_value: {controller.port}")
@@ -463,11 +470,13 @@ def start_plain_envoy(ctx: Ctx, procs: Procs, sims: Sequence[Sim], lb_policy: st
 
 
 def start_epp_envoy(ctx: Ctx, procs: Procs, controller: Controller, concurrency: int = 1,
-                    name: str = "envoy-epp", filter_config: str = '{"failOpen": false}') -> Envoy:
+                    name: str = "envoy-epp", filter_config: str = '{"failOpen": false}',
+                    share_records: bool = True) -> Envoy:
     """Starts Envoy with wasm-epp fed by `controller` and waits until it picks."""
     admin, port = free_port(), free_port()
-    envoy = start_envoy(ctx, procs, epp_envoy_config(ctx, admin, port, controller, filter_config),
-                        admin, port, concurrency, name)
+    config = epp_envoy_config(ctx, admin, port, controller, filter_config,
+                              share_records=share_records)
+    envoy = start_envoy(ctx, procs, config, admin, port, concurrency, name)
     wait_picking(envoy.url, proc=envoy.proc)
     return envoy
 
@@ -488,13 +497,16 @@ def envoy_stats(envoy: Envoy, pattern: str = "") -> dict[str, int]:
 # Load generator
 
 
-def run_loadgen(ctx: Ctx, procs: Procs, url: str, args: Sequence[str], label: str,
-                timeout: float = 300.0) -> dict:
+def run_loadgen(ctx: Ctx, procs: Procs, url: str | Sequence[str], args: Sequence[str],
+                label: str, timeout: float = 300.0) -> dict:
     """Runs `wasm-epp-loadgen --url <url> <args> --label <label> --json ...` to completion and
-    returns its JSON report (see examples/loadgen/README.md). Raises on failure."""
+    returns its JSON report (see examples/loadgen/README.md). Several URLs are taken in turn,
+    request by request. Raises on failure."""
     out = procs.dir / f"loadgen-{label}.json"
     log = procs.dir / f"loadgen-{label}.txt"
-    argv = [str(ctx.bin("wasm-epp-loadgen")), "--url", url, *map(str, args), "--label", label,
+    urls = [url] if isinstance(url, str) else list(url)
+    url_args = [arg for u in urls for arg in ("--url", u)]
+    argv = [str(ctx.bin("wasm-epp-loadgen")), *url_args, *map(str, args), "--label", label,
             "--json", str(out)]
     with open(log, "wb") as sink:
         result = subprocess.run(argv, cwd=ctx.repo, stdout=sink, stderr=subprocess.STDOUT,

@@ -136,16 +136,19 @@ def _start_policy(ctx: common.Ctx, procs: common.Procs, policy: Policy,
     return envoy, [envoy.proc, controller.proc]
 
 
-def run_step(ctx: common.Ctx, procs: common.Procs, envoy: common.Envoy, sims: list[common.Sim],
+def run_step(ctx: common.Ctx, procs: common.Procs,
+             envoy: common.Envoy | list[common.Envoy], sims: list[common.Sim],
              workload: Workload, rate: float, label: str, first_index: int = 0) -> dict:
     """One open-loop step at `rate`; the load generator's report plus the simulators' view.
-    A step that follows others on the same servers starts at `first_index`, the number of
-    requests sent before it: it keeps their prefix groups (and adapters) but repeats none of
-    their prompts, which the servers may still have cached."""
+    Several Envoys (replicas) get the requests in turn. A step that follows others on the same
+    servers starts at `first_index`, the number of requests sent before it: it keeps their
+    prefix groups (and adapters) but repeats none of their prompts, which the servers may
+    still have cached."""
     requests = max(1, round(rate * step_seconds(ctx.quick)))
     before = common.sims_totals(sims)
+    envoys = envoy if isinstance(envoy, list) else [envoy]
     report = common.run_loadgen(
-        ctx, procs, f"{envoy.url}/v1/completions",
+        ctx, procs, [f"{e.url}/v1/completions" for e in envoys],
         ["--requests", requests, "--rate", rate, "--concurrency", 1024, "--stream",
          "--timeout", REQUEST_TIMEOUT_S, "--seed", 7, "--first-index", first_index, *workload.args],
         label, timeout=REQUEST_TIMEOUT_S + requests / rate + 60)

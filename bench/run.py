@@ -25,9 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
-from bench import controller_cost, inference_perf, overhead, routing, workers  # noqa: E402
+from bench import (controller_cost, inference_perf, overhead, replicas, routing,  # noqa: E402
+                   workers)
 
-SECTIONS = {m.KEY: m for m in (routing, inference_perf, overhead, controller_cost, workers)}
+SECTIONS = {m.KEY: m for m in (routing, inference_perf, overhead, controller_cost, workers,
+                               replicas)}
 # Printed first, in this order: the figures the project's claims rest on.
 HEADLINE = ("ttft_p90_roundrobin_over_epp", "throughput_epp_over_roundrobin",
             "added_p50_extproc_over_wasm_1kb", "added_p50_extproc_over_wasm_100kb",
@@ -35,7 +37,8 @@ HEADLINE = ("ttft_p90_roundrobin_over_epp", "throughput_epp_over_roundrobin",
             "cpu_extproc_over_wasm_100kb", "cpu_extproc_over_wasm_1mb",
             "decision_wasm_over_native_1kb", "decision_wasm_over_native_100kb",
             "decision_wasm_over_native_1mb", "pick_1000_endpoints_us",
-            "prefix_hit_4workers_over_1worker")
+            "prefix_hit_4workers_over_1worker", "prefix_hit_3replicas_over_1replica",
+            "ttft_p90_unshared_over_shared_3replicas")
 
 INTRO = """\
 # Benchmarks
@@ -59,7 +62,7 @@ make overhead     # the data-plane overhead section alone (.run/bench-overhead/)
 
 The harness is `bench/run.py` with one module per section (`bench/routing.py`,
 `bench/inference_perf.py`, `bench/overhead.py`, `bench/controller_cost.py`,
-`bench/workers.py`); the ext_proc baseline and the fake metrics servers are the Rust crate
+`bench/workers.py`, `bench/replicas.py`); the ext_proc baseline and the fake metrics servers are the Rust crate
 `bench/` (`wasm-epp-extproc`, `fake-metrics`), and the overhead section's do-nothing Proxy-Wasm
 filter is `bench/host-floor`. The model servers are `vllm-sim`
 ([examples/simulator](../examples/simulator/README.md)) and the client is `wasm-epp-loadgen`
@@ -95,7 +98,9 @@ loop is bounded; every process is stopped at the end, on error and on Ctrl-C.
   rounds; differences under about 0.1 ms are within this machine's noise.
 - **Controller cost** uses fake metrics servers that answer instantly with bodies the size of a
   real vLLM server's; a real fleet adds network latency, not controller CPU.
-- Not measured here: multiple Envoy replicas, real Kubernetes, real GPUs, tokenizer-based prefix
+- **Replicas share one machine here**: the controller that relays their records is one local
+  hop away; across machines add the network round trip to how fast records spread.
+- Not measured here: several controllers relaying records to each other, real Kubernetes, real GPUs, tokenizer-based prefix
   matching, and tail behaviour over hours.
 """
 
@@ -126,6 +131,11 @@ def headline_rows(ratios: dict[str, float]) -> str:
         "pick_1000_endpoints_us": "one pick inside Envoy at 1,000 endpoints, p50, µs",
         "prefix_hit_4workers_over_1worker": "prefix-cache hit rate with 4 Envoy workers over 1; "
                                             "≈ 1: workers share what they learn",
+        "prefix_hit_3replicas_over_1replica": "prefix-cache hit rate with 3 Envoy replicas "
+                                              "(sharing records) over 1 Envoy; ≈ 1: replicas "
+                                              "act as one",
+        "ttft_p90_unshared_over_shared_3replicas": "TTFT p90 of 3 replicas not sharing over 3 "
+                                                   "sharing; > 1: sharing pays",
     }
     return "\n".join(f"| `{name}` | {_ratio_text(ratios.get(name, math.nan))} | "
                      f"{meaning[name]} |" for name in HEADLINE)
@@ -195,6 +205,11 @@ def findings(ratios: dict[str, float]) -> str:
         out.append(f"- **Workers.** The prefix-cache hit rate with 4 Envoy workers is "
                    f"{ratios['prefix_hit_4workers_over_1worker']:.2f}× that with 1: the "
                    "workers share their prefix index.")
+    if has("prefix_hit_3replicas_over_1replica", "ttft_p90_unshared_over_shared_3replicas"):
+        out.append(f"- **Replicas.** Three Envoy replicas sharing their prefix records through the "
+                   f"controller keep {ratios['prefix_hit_3replicas_over_1replica']:.2f}× the "
+                   "prefix-cache hit rate of one Envoy; with sharing off their TTFT p90 is "
+                   f"{ratios['ttft_p90_unshared_over_shared_3replicas']:.2f}× that with sharing.")
     return "\n".join(out) or "- No headline figure was measured in this run."
 
 
