@@ -2,7 +2,9 @@
 //! prefix records through it, so a shared prompt first routed by one replica sticks to the
 //! same endpoint when it reaches the other; the replicas keep routing while the controller is
 //! away and learn from each other again when it is back; a replica that sends garbage or
-//! floods is refused, logged, and harms no one. Needs `make build envoy`.
+//! floods is refused, logged, and harms no one; and two controller replicas peered with
+//! `--peer` relay the records between Envoys that poll different controllers. Needs
+//! `make build envoy`.
 
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -23,6 +25,8 @@ const PROPAGATION: Duration = Duration::from_millis(200);
 struct Replicas {
     _sims: Vec<Sim>,
     controller: Controller,
+    /// With peered controllers: the second one, which replica 1 polls.
+    peer: Option<(Controller, Scratch)>,
     envoys: [Envoy; 2],
     scratch: Scratch,
     _envoy_scratch: [Scratch; 2],
@@ -30,30 +34,53 @@ struct Replicas {
 
 impl Replicas {
     fn start(name: &str) -> Replicas {
+        Replicas::start_with(name, false)
+    }
+
+    /// With `peered`, replica 1 polls a second controller; the two relay records to each
+    /// other (`--peer`).
+    fn start_with(name: &str, peered: bool) -> Replicas {
         let scratch = Scratch::new(name);
         let sims: Vec<Sim> = ["x", "y", "z"]
             .iter()
             .map(|n| Sim::start(&scratch, n, &[]))
             .collect();
         let file = endpoints_file(&scratch, &sims.iter().collect::<Vec<_>>());
-        let controller = Controller::start(
-            &scratch,
-            &format!("{INTERVAL_MS}ms"),
-            &["--endpoints-file", &file.display().to_string()],
-        );
+        let file = file.display().to_string();
+        let interval = format!("{INTERVAL_MS}ms");
+        let ports = [(free_port(), free_port()), (free_port(), free_port())];
+        let peer_of = |i: usize| format!("127.0.0.1:{}", ports[1 - i].0);
+        let args = |i: usize| {
+            let mut args = vec!["--endpoints-file".to_string(), file.clone()];
+            if peered {
+                args.extend(["--peer".to_string(), peer_of(i)]);
+            }
+            args
+        };
+        let start = |scratch: &Scratch, i: usize| {
+            let args = args(i);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Controller::start_at(scratch, ports[i], &interval, &args)
+        };
+        let controller = start(&scratch, 0);
+        let peer = peered.then(|| {
+            let peer_scratch = Scratch::new(&format!("{name}-controller1"));
+            (start(&peer_scratch, 1), peer_scratch)
+        });
         let envoy_scratch = [
             Scratch::new(&format!("{name}-envoy0")),
             Scratch::new(&format!("{name}-envoy1")),
         ];
-        let envoys = [0, 1].map(|i| {
-            Envoy::start(
-                &envoy_scratch[i],
-                EnvoyOptions::with_controller(controller.port),
-            )
-        });
+        let polled = [
+            controller.port,
+            peer.as_ref().map_or(controller.port, |(c, _)| c.port),
+        ];
+        let envoys = [0, 1]
+            .map(|i| Envoy::start(&envoy_scratch[i], EnvoyOptions::with_controller(polled[i])));
         let replicas = Replicas {
             _sims: sims,
             controller,
+            peer,
             envoys,
             scratch,
             _envoy_scratch: envoy_scratch,
@@ -202,6 +229,30 @@ fn a_replica_sending_garbage_or_flooding_is_refused_and_harms_no_one() {
         let (first, second) = r.across(&format!("despite the flood {i}"), from);
         assert_eq!(first, second, "prompt {i} from replica {from}");
     }
+}
+
+#[test]
+fn peered_controllers_relay_the_records_of_the_envoys_they_serve() {
+    let r = Replicas::start_with("replicas-peered", true);
+    for (i, from) in [0, 1, 0, 1].into_iter().enumerate() {
+        let (first, second) = r.across(&format!("through two controllers {i}"), from);
+        assert_eq!(
+            first,
+            second,
+            "prompt {i}: replica {from} (controller {from}) sent it to {first}, replica {} to {second}",
+            1 - from
+        );
+    }
+    let (peer, peer_scratch) = r.peer.as_ref().expect("peered");
+    let peer_log = std::fs::read_to_string(peer_scratch.path("controller.log")).unwrap_or_default();
+    assert!(
+        peer_log.contains(&format!(
+            "relaying to peer controller 127.0.0.1:{}",
+            r.controller.port
+        )),
+        "{peer_log}"
+    );
+    assert_ne!(peer.port, r.controller.port);
 }
 
 /// POSTs raw bytes; the status and body.

@@ -16,6 +16,7 @@ use crate::discovery::file::FileSource;
 use crate::discovery::kubernetes::KubeSource;
 use crate::discovery::Source;
 use crate::manifests::{self, ManifestSource, PoolSelector};
+use crate::peers::PeerSettings;
 use crate::scrape::ScrapeSettings;
 use crate::serve::WasmModule;
 use crate::store;
@@ -93,6 +94,30 @@ pub struct Cli {
     /// Longest a snapshot long-poll is held.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub long_poll_max: Duration,
+
+    /// Another controller replica's snapshot API (`host:port`), to which the prefix records
+    /// this controller's Envoys upload are relayed (and from which it gets theirs); repeat for
+    /// each peer. No leader: every controller relays to all the others.
+    #[arg(long = "peer", value_name = "HOST:PORT", value_parser = host_port)]
+    pub peers: Vec<String>,
+
+    /// A DNS name whose addresses are the controller replicas (in Kubernetes, the
+    /// controller's headless Service), with their snapshot-API port; resolved every 10 s.
+    /// This controller's own address may be among them.
+    #[arg(long, value_name = "NAME:PORT", value_parser = host_port)]
+    pub peers_dns: Option<String>,
+}
+
+/// Checks a `host:port` flag value.
+fn host_port(text: &str) -> Result<String, String> {
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(text.to_string())
+        }
+        _ => Err(format!(
+            "{text:?} is not host:port (example: 10.0.0.7:9002)"
+        )),
+    }
 }
 
 /// Everything the controller runs with, validated.
@@ -118,6 +143,8 @@ pub struct Settings {
     pub manifests: Option<manifests::Startup>,
     /// The `--wasm-file` module to serve.
     pub wasm: Option<WasmModule>,
+    /// The peer controllers prefix records are relayed to.
+    pub peers: PeerSettings,
 }
 
 /// A startup error: a bad flag, config or endpoints file. Shown as one line,
@@ -287,6 +314,10 @@ impl Settings {
             warnings,
             manifests,
             wasm,
+            peers: PeerSettings {
+                fixed: cli.peers,
+                dns: cli.peers_dns,
+            },
         })
     }
 }
@@ -466,6 +497,36 @@ mod tests {
             err.to_string(),
             format!("{}: {}", endpoints.display(), err.message)
         );
+    }
+
+    #[test]
+    fn peer_flags() {
+        let endpoints = temp_file("peer-endpoints.yaml", "endpoints: []\n");
+        let endpoints = endpoints.to_str().unwrap();
+        let settings = Settings::resolve(cli(&["--endpoints-file", endpoints])).unwrap();
+        assert!(!settings.peers.any());
+        let settings = Settings::resolve(cli(&[
+            "--endpoints-file",
+            endpoints,
+            "--peer",
+            "10.0.0.7:9002",
+            "--peer",
+            "ctl-b:9002",
+            "--peers-dns",
+            "wasm-epp-controller-peers.ns.svc:9002",
+        ]))
+        .unwrap();
+        assert_eq!(settings.peers.fixed, ["10.0.0.7:9002", "ctl-b:9002"]);
+        assert_eq!(
+            settings.peers.dns.as_deref(),
+            Some("wasm-epp-controller-peers.ns.svc:9002")
+        );
+        for bad in ["10.0.0.7", ":9002", "host:0", "host:http"] {
+            let error = Cli::try_parse_from(["wasm-epp-controller", "--peer", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("is not host:port"), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! Data flow: [`discovery`] → [`store`] ← [`scrape`] (via [`prometheus`] and [`extract`]);
 //! [`serve`] hands the store's snapshots to Envoy (and relays prefix records between Envoy
-//! replicas through [`records`]) and [`admin`] exposes health and metrics.
+//! replicas through [`records`], and between controllers through [`peers`]) and [`admin`] exposes health and metrics.
 //! [`cli`] and [`config`] turn flags and files into the settings `main` wires together;
 //! [`manifests`] loads and watches InferenceObjective / InferenceModelRewrite objects.
 
@@ -18,6 +18,7 @@ pub mod eds;
 pub mod extract;
 pub mod http;
 pub mod manifests;
+pub mod peers;
 pub mod prometheus;
 pub mod records;
 pub mod scrape;

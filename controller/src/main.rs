@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use clap::Parser;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
 use wasm_epp_controller::cli::{Cli, Settings, StartupError};
 use wasm_epp_controller::discovery::Discovery;
 use wasm_epp_controller::records::RecordLog;
 use wasm_epp_controller::store::Store;
-use wasm_epp_controller::{admin, config, log, scrape, serve};
+use wasm_epp_controller::{admin, config, log, peers, scrape, serve};
 
 /// Exit status for bad flags, config, endpoints or manifests files.
 const EXIT_USAGE: u8 = 2;
@@ -109,7 +109,12 @@ async fn run(settings: Settings) -> Result<(), Failure> {
         Store::with_manifests(settings.profile, settings.endpoints, manifests)
             .unready_after(settings.scrape.failures_before_unready),
     );
-    let records = Arc::new(RecordLog::new(&store.current().snapshot.instance, false));
+    let instance = store.current().snapshot.instance.clone();
+    let relay = settings
+        .peers
+        .any()
+        .then(|| broadcast::channel(peers::RELAY_QUEUE).0);
+    let records = Arc::new(RecordLog::new(&instance, relay.clone()));
     // Scraping, and with it readiness, starts once discovery holds a complete endpoint list.
     let (synced, discovery_synced) = oneshot::channel();
     let scrape = {
@@ -132,6 +137,9 @@ async fn run(settings: Settings) -> Result<(), Failure> {
         )),
         tokio::spawn(admin::run(admin_listener, store.clone())),
     ];
+    if let Some(relay) = relay {
+        tasks.push(tokio::spawn(peers::run(settings.peers, instance, relay)));
+    }
     if let Some((source, files)) = manifests_watch {
         tasks.push(tokio::spawn(source.watch(store, files)));
     }

@@ -16,6 +16,9 @@
 //!   controller instance (`I`) starts from the oldest batch kept, so a new replica, or one
 //!   whose controller restarted, warms its index from what the others learnt.
 //!
+//! An upload relayed by a peer controller (`&relay=<origin instance>`, see [`crate::peers`]) is
+//! kept like any other but not relayed again; one this controller relayed itself is ignored.
+//!
 //! Every answer carries [`CURSOR_HEADER`], the controller's instance in
 //! [`crate::serve::INSTANCE_HEADER`], and [`SHARE_HEADER`]: `1` while sharing is worth its cost
 //! (at least two replicas polled within [`LIVE_FOR`], or controller peers are configured), so a
@@ -33,7 +36,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use thiserror::Error;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
+
+use crate::peers::Batch;
 
 /// Where the exchange is served.
 pub const PATH: &str = "/v1/prefix-records";
@@ -208,18 +213,19 @@ pub struct RecordLog {
     /// The last sequence number, for waiting downloads.
     latest: watch::Sender<u64>,
     instance: String,
-    /// Controller peers are configured: share even with one local replica.
-    has_peers: bool,
+    /// Where local uploads go to be relayed to the peer controllers, if there are any (then
+    /// replicas share even with one local replica).
+    relay: Option<broadcast::Sender<Batch>>,
 }
 
 impl RecordLog {
-    /// An empty log of the controller instance `instance`.
-    pub fn new(instance: &str, has_peers: bool) -> RecordLog {
+    /// An empty log of the controller instance `instance`, relaying local uploads to `relay`.
+    pub fn new(instance: &str, relay: Option<broadcast::Sender<Batch>>) -> RecordLog {
         RecordLog {
             inner: Mutex::default(),
             latest: watch::channel(0).0,
             instance: instance.to_string(),
-            has_peers,
+            relay,
         }
     }
 
@@ -233,16 +239,22 @@ impl RecordLog {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends `body` from `replica` at `now` after checking it; the refusal otherwise, and
-    /// whether to log it now (`Some(refusals since the last line)`).
+    /// Appends `body` from `replica` at `now` after checking it, and relays it to the peers
+    /// unless it came from one (`relayed_from`, the origin controller's instance); the
+    /// refusal otherwise, and whether to log it now (`Some(refusals since the last line)`).
+    /// Returns the batch's sequence number (0 for this controller's own relay, not kept).
     pub fn append(
         &self,
         replica: &str,
         body: Bytes,
+        relayed_from: Option<&str>,
         now: Instant,
     ) -> Result<u64, (Refusal, Option<u64>)> {
         if !valid_replica(replica) {
             return Err((Refusal::BadReplica, Some(1)));
+        }
+        if relayed_from == Some(self.instance.as_str()) {
+            return Ok(0);
         }
         let mut inner = self.lock();
         let checked = validate(&body);
@@ -264,7 +276,7 @@ impl RecordLog {
         }
         entry.allowance -= body.len() as f64;
         entry.bytes += body.len();
-        entry.batches.push_back((seq, body));
+        entry.batches.push_back((seq, body.clone()));
         while entry.bytes > REPLICA_LOG_BYTES {
             match entry.batches.pop_front() {
                 Some((_, dropped)) => entry.bytes -= dropped.len(),
@@ -274,6 +286,13 @@ impl RecordLog {
         inner.seq = seq;
         drop(inner);
         self.latest.send_replace(seq);
+        if let (Some(relay), None) = (&self.relay, relayed_from) {
+            // No peer task listening (yet) is not an error: nothing to relay to.
+            let _ = relay.send(Batch {
+                replica: replica.to_string(),
+                body,
+            });
+        }
         Ok(seq)
     }
 
@@ -323,7 +342,7 @@ impl RecordLog {
             body: body.freeze(),
             // With nothing to give, skip to the head (past this replica's own batches).
             cursor: last.unwrap_or(inner.seq.max(cursor)),
-            share: self.has_peers || live >= 2,
+            share: self.relay.is_some() || live >= 2,
         }
     }
 
@@ -391,12 +410,12 @@ mod tests {
 
     #[test]
     fn a_replica_gets_the_others_batches_not_its_own() {
-        let log = RecordLog::new("i", false);
+        let log = RecordLog::new("i", None);
         let now = Instant::now();
         let a = words(&[1, 5, 1, 100]);
         let b = words(&[2, 6, 1, 200]);
-        log.append("a", a.clone(), now).unwrap();
-        log.append("b", b.clone(), now).unwrap();
+        log.append("a", a.clone(), None, now).unwrap();
+        log.append("b", b.clone(), None, now).unwrap();
         let for_a = log.since("a", 0, now);
         assert_eq!(for_a.body, b);
         assert_eq!(for_a.cursor, 2);
@@ -416,35 +435,39 @@ mod tests {
     #[test]
     fn a_lone_replica_is_told_not_to_share_unless_there_are_peers() {
         let now = Instant::now();
-        let alone = RecordLog::new("i", false);
+        let alone = RecordLog::new("i", None);
         assert!(!alone.since("a", 0, now).share);
         let later = now + LIVE_FOR + Duration::from_secs(1);
         alone.since("b", 0, now);
         assert!(alone.since("a", 0, now).share);
         assert!(!alone.since("a", 0, later).share, "b went silent");
-        assert!(RecordLog::new("i", true).since("a", 0, now).share);
+        assert!(
+            RecordLog::new("i", Some(broadcast::channel(4).0))
+                .since("a", 0, now)
+                .share
+        );
     }
 
     #[test]
     fn refusals_are_counted_and_logged_at_most_once_per_period() {
-        let log = RecordLog::new("i", false);
+        let log = RecordLog::new("i", None);
         let now = Instant::now();
         let garbage = Bytes::from_static(b"not words");
         assert!(matches!(
-            log.append("bad", garbage.clone(), now),
+            log.append("bad", garbage.clone(), None, now),
             Err((Refusal::Malformed(_), Some(1)))
         ));
         assert!(matches!(
-            log.append("bad", garbage.clone(), now),
+            log.append("bad", garbage.clone(), None, now),
             Err((_, None))
         ));
         let later = now + LOG_EVERY;
         assert!(matches!(
-            log.append("bad", garbage, later),
+            log.append("bad", garbage, None, later),
             Err((_, Some(2)))
         ));
         assert_eq!(
-            log.append("no spaces", words(&[1, 1, 1, 1]), now)
+            log.append("no spaces", words(&[1, 1, 1, 1]), None, now)
                 .unwrap_err()
                 .0,
             Refusal::BadReplica
@@ -457,30 +480,30 @@ mod tests {
 
     #[test]
     fn a_flooding_replica_is_rate_limited_and_bounded() {
-        let log = RecordLog::new("i", false);
+        let log = RecordLog::new("i", None);
         let now = Instant::now();
         let group = |hash: u64| {
             let mut w = vec![1, 1, (MAX_BATCH_BYTES / 8 - 3) as u64];
             w.extend((0..MAX_BATCH_BYTES / 8 - 3).map(|i| hash + i as u64));
             words(&w)
         };
-        assert!(log.append("flood", group(1), now).is_ok());
-        assert!(log.append("flood", group(2), now).is_ok());
+        assert!(log.append("flood", group(1), None, now).is_ok());
+        assert!(log.append("flood", group(2), None, now).is_ok());
         assert_eq!(
-            log.append("flood", group(3), now).unwrap_err().0,
+            log.append("flood", group(3), None, now).unwrap_err().0,
             Refusal::RateLimited
         );
         // A second later the bucket allows four more batches' worth; the log keeps two.
         let mut t = now;
         for i in 0..8 {
             t += Duration::from_millis(250);
-            let _ = log.append("flood", group(10 + i), t);
+            let _ = log.append("flood", group(10 + i), None, t);
         }
         let kept = log.lock().replicas["flood"].bytes;
         assert!(kept <= REPLICA_LOG_BYTES, "{kept}");
         // A quiet replica's batch still reaches the others, in the first answer after it.
         let quiet = words(&[9, 9, 1, 99]);
-        let seq = log.append("quiet", quiet.clone(), t).unwrap();
+        let seq = log.append("quiet", quiet.clone(), None, t).unwrap();
         let answer = log.since("reader", seq - 1, t);
         assert_eq!(answer.body, quiet);
         // An answer never exceeds its bound.
@@ -488,12 +511,33 @@ mod tests {
     }
 
     #[test]
+    fn local_uploads_are_relayed_and_relayed_ones_are_kept_but_not_relayed_again() {
+        let (relay, mut relayed) = broadcast::channel(4);
+        let log = RecordLog::new("me", Some(relay));
+        let now = Instant::now();
+        let batch = words(&[1, 1, 1, 7]);
+        log.append("a", batch.clone(), None, now).unwrap();
+        let sent = relayed.try_recv().expect("relayed");
+        assert_eq!((sent.replica.as_str(), &sent.body), ("a", &batch));
+        // From a peer: kept for the local replicas, not relayed on.
+        let theirs = words(&[2, 2, 1, 8]);
+        log.append("far", theirs.clone(), Some("peer"), now)
+            .unwrap();
+        assert!(relayed.try_recv().is_err());
+        assert_eq!(log.since("b", 1, now).body, theirs);
+        // Its own relay coming back (a DNS peer list includes itself): ignored.
+        assert_eq!(log.append("a", batch, Some("me"), now), Ok(0));
+        assert!(log.since("b", 2, now).body.is_empty());
+        assert!(relayed.try_recv().is_err());
+    }
+
+    #[test]
     fn replicas_are_bounded_in_number() {
-        let log = RecordLog::new("i", false);
+        let log = RecordLog::new("i", None);
         let start = Instant::now();
         for i in 0..MAX_REPLICAS + 10 {
             let at = start + Duration::from_millis(i as u64);
-            log.append(&format!("r{i}"), words(&[1, 1, 1, i as u64 + 1]), at)
+            log.append(&format!("r{i}"), words(&[1, 1, 1, i as u64 + 1]), None, at)
                 .unwrap();
         }
         let inner = log.lock();
@@ -506,7 +550,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_download_waits_for_another_replicas_batch() {
-        let log = std::sync::Arc::new(RecordLog::new("i", false));
+        let log = std::sync::Arc::new(RecordLog::new("i", None));
         let waiting = {
             let log = log.clone();
             tokio::spawn(async move {
@@ -515,12 +559,12 @@ mod tests {
             })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
-        log.append("a", words(&[1, 1, 1, 1]), Instant::now())
+        log.append("a", words(&[1, 1, 1, 1]), None, Instant::now())
             .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "its own batch does not answer it");
         let b = words(&[2, 2, 1, 2]);
-        log.append("b", b.clone(), Instant::now()).unwrap();
+        log.append("b", b.clone(), None, Instant::now()).unwrap();
         let answer = waiting.await.unwrap();
         assert_eq!(answer.body, b);
         assert_eq!(answer.cursor, 2);
@@ -538,7 +582,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiting_replica_is_told_at_once_when_a_second_one_appears() {
-        let log = std::sync::Arc::new(RecordLog::new("i", false));
+        let log = std::sync::Arc::new(RecordLog::new("i", None));
         // Without an idea of sharing yet, the answer comes at once.
         let first = log
             .wait_since("a", 0, None, None, Duration::from_secs(5))

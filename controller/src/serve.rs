@@ -129,9 +129,11 @@ where
         }
         _ if is_eds => http::method_not_allowed("POST"),
         Method::POST if is_records => {
-            let replica = http::query_value(request.uri().query(), "replica")
+            let query = request.uri().query();
+            let replica = http::query_value(query, "replica")
                 .unwrap_or_default()
                 .to_string();
+            let relayed_from = http::query_value(query, "relay").map(str::to_string);
             let body = match read_body(request, records::MAX_BATCH_BYTES).await {
                 Ok(body) => Ok(body),
                 Err(reply) if reply.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -140,7 +142,7 @@ where
                 }
                 Err(reply) => return reply,
             };
-            upload(records, &replica, body)
+            upload(records, &replica, relayed_from.as_deref(), body)
         }
         Method::GET if is_records => download(records, long_poll_max, request.uri()).await,
         _ if is_records => http::method_not_allowed("GET or POST"),
@@ -183,9 +185,10 @@ where
 fn upload(
     record_log: &RecordLog,
     replica: &str,
+    relayed_from: Option<&str>,
     body: Result<Bytes, (Refusal, Option<u64>)>,
 ) -> Reply {
-    match body.and_then(|body| record_log.append(replica, body, Instant::now())) {
+    match body.and_then(|body| record_log.append(replica, body, relayed_from, Instant::now())) {
         Ok(_) => http::empty(StatusCode::NO_CONTENT),
         Err((refusal, logged)) => {
             if let Some(count) = logged {
@@ -438,7 +441,7 @@ mod tests {
                 body.to_string(),
             )))
             .unwrap();
-        let records = RecordLog::new("test", false);
+        let records = RecordLog::new("test", None);
         let reply = route(store, &records, Duration::from_secs(1), None, request).await;
         let status = reply.status();
         let body = reply.into_body().collect().await.unwrap().to_bytes();
@@ -477,7 +480,7 @@ mod tests {
 
     #[tokio::test]
     async fn prefix_records_go_from_one_replica_to_the_others() {
-        let records = RecordLog::new("ctl", false);
+        let records = RecordLog::new("ctl", None);
         let batch: Vec<u8> = [5u64, 1_000, 1, 42]
             .iter()
             .flat_map(|w| w.to_le_bytes())
@@ -569,7 +572,7 @@ mod tests {
             .uri(path)
             .body(http_body_util::Empty::<bytes::Bytes>::new())
             .unwrap();
-        let records = RecordLog::new("test", false);
+        let records = RecordLog::new("test", None);
         let reply = route(store, &records, Duration::from_secs(1), wasm, request).await;
         let status = reply.status();
         let content_type = reply
