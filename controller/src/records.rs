@@ -14,7 +14,9 @@
 //!   (capped by `--long-poll-max`) while there are none and the replica's idea of sharing
 //!   (`S`, `0` or `1`; absent: none yet) is right, else 304. A cursor from another
 //!   controller instance (`I`) starts from the oldest batch kept, so a new replica, or one
-//!   whose controller restarted, warms its index from what the others learnt.
+//!   whose controller restarted, warms its index from what the others learnt. Instead of
+//!   `since` and `instance`, `cursors=I1:C1,I2:C2…` names the cursor held for each controller
+//!   replica (behind a Service, either may answer); the answering one takes its own.
 //!
 //! An upload relayed by a peer controller (`&relay=<origin instance>`, see [`crate::peers`]) is
 //! kept like any other but not relayed again; one this controller relayed itself is ignored.
@@ -112,6 +114,14 @@ pub fn validate(body: &[u8]) -> Result<(), Refusal> {
         at = end;
     }
     Ok(())
+}
+
+/// The cursor held for controller `instance` in a `cursors` list (`I1:C1,I2:C2…`), if any.
+pub fn cursor_of(list: &str, instance: &str) -> Option<u64> {
+    list.split(',')
+        .filter_map(|pair| pair.split_once(':'))
+        .find(|(i, _)| *i == instance)
+        .and_then(|(_, cursor)| cursor.parse().ok())
 }
 
 /// Whether `id` is an acceptable replica id.
@@ -406,6 +416,14 @@ mod tests {
         assert!(matches!(validate(&[0u8; 12]), Err(Refusal::Malformed(_))));
         let huge = vec![0u8; MAX_BATCH_BYTES + 8];
         assert_eq!(validate(&huge), Err(Refusal::TooLarge(MAX_BATCH_BYTES + 8)));
+    }
+
+    #[test]
+    fn a_cursor_list_names_each_controllers_cursor() {
+        assert_eq!(cursor_of("aa:3,bb:17", "bb"), Some(17));
+        assert_eq!(cursor_of("aa:3,bb:17", "cc"), None);
+        assert_eq!(cursor_of("aa:x,garbage", "aa"), None);
+        assert_eq!(cursor_of("", "aa"), None);
     }
 
     #[test]

@@ -219,6 +219,14 @@ async fn download(record_log: &RecordLog, long_poll_max: Duration, uri: &Uri) ->
         }
     };
     let replica = http::query_value(query, "replica").unwrap_or_default();
+    // A replica behind a Service reaches either controller replica: it sends the cursor it
+    // holds for each (`cursors=<instance>:<cursor>,…`), and this one takes its own.
+    let own = record_log.instance();
+    let (since, instance) =
+        match http::query_value(query, "cursors").and_then(|list| records::cursor_of(list, own)) {
+            Some(cursor) => (cursor, Some(own)),
+            None => (since, http::query_value(query, "instance")),
+        };
     let wait = Duration::from_millis(wait_ms).min(long_poll_max);
     let shares = match http::query_value(query, "share") {
         Some("1") => Some(true),
@@ -226,13 +234,7 @@ async fn download(record_log: &RecordLog, long_poll_max: Duration, uri: &Uri) ->
         _ => None,
     };
     let answer = record_log
-        .wait_since(
-            replica,
-            since,
-            http::query_value(query, "instance"),
-            shares,
-            wait,
-        )
+        .wait_since(replica, since, instance, shares, wait)
         .await;
     let mut reply = if answer.body.is_empty() {
         http::empty(StatusCode::NOT_MODIFIED)

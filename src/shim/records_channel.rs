@@ -22,6 +22,8 @@ const CALL_MARGIN: Duration = Duration::from_secs(5);
 const UPLOAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Ticks to wait after the controller did not take a call (it may predate the exchange).
 const BACKOFF_TICKS: u32 = 8;
+/// Controller replicas whose cursors are kept.
+const MAX_CONTROLLERS: usize = 8;
 /// Most words accepted in one download (the controller sends at most 256 KiB).
 const MAX_DOWNLOAD_WORDS: usize = MAX_BATCH_WORDS;
 
@@ -33,9 +35,9 @@ pub struct RecordsChannel {
     uplink: Uplink,
     upload: Option<u32>,
     download: Option<u32>,
-    /// Cursor and controller instance of the last download.
-    cursor: u64,
-    instance: String,
+    /// The cursor held for each controller instance heard from, most recent first (behind a
+    /// Service, a download may reach any controller replica).
+    cursors: Vec<(String, u64)>,
     /// Whether replicas share, as last written to [`SHARE_KEY`] (`None`: not yet).
     share: Option<bool>,
     wait_ticks: u32,
@@ -54,8 +56,7 @@ impl RecordsChannel {
             uplink: Uplink::new(),
             upload: None,
             download: None,
-            cursor: 0,
-            instance: String::new(),
+            cursors: Vec::new(),
             share: None,
             wait_ticks: 0,
             queues,
@@ -135,11 +136,13 @@ impl RecordsChannel {
                 return;
             }
         }
-        if let Some(cursor) = response_header("x-records-cursor").and_then(|c| c.parse().ok()) {
-            self.cursor = cursor;
-        }
-        if let Some(instance) = response_header("x-snapshot-instance") {
-            self.instance = instance;
+        let cursor = response_header("x-records-cursor").and_then(|c| c.parse::<u64>().ok());
+        let instance = response_header("x-snapshot-instance")
+            .filter(|i| i.bytes().all(|b| b.is_ascii_alphanumeric()));
+        if let (Some(cursor), Some(instance)) = (cursor, instance) {
+            self.cursors.retain(|(i, _)| *i != instance);
+            self.cursors.insert(0, (instance, cursor));
+            self.cursors.truncate(MAX_CONTROLLERS);
         }
         self.set_share(response_header("x-records-share").as_deref() == Some("1"));
         if status.as_deref() == Some("200") {
@@ -181,9 +184,17 @@ impl RecordsChannel {
             Some(false) => "&share=0",
             None => "",
         };
+        let cursors: Vec<String> = self
+            .cursors
+            .iter()
+            .map(|(instance, cursor)| format!("{instance}:{cursor}"))
+            .collect();
         let path = format!(
-            "{}?replica={}&since={}&instance={}{share}&wait_ms={}",
-            config.records_path, self.replica, self.cursor, self.instance, config.long_poll_ms
+            "{}?replica={}&cursors={}{share}&wait_ms={}",
+            config.records_path,
+            self.replica,
+            cursors.join(","),
+            config.long_poll_ms
         );
         let timeout = Duration::from_millis(config.long_poll_ms) + CALL_MARGIN;
         self.download = dispatch(config, "GET", &path, None, timeout);
