@@ -515,6 +515,27 @@ mod tests {
             "a's own batch is not sent back"
         );
         assert!(body.is_empty());
+        // A cursor list: this controller takes its own cursor (b has seen batch 1 here).
+        let (status, ..) = exchange(
+            &records,
+            Method::GET,
+            &path("replica=b&cursors=elsewhere:0,ctl:1&share=1&wait_ms=10"),
+            vec![],
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_MODIFIED);
+        let (status, _, _, body) = exchange(
+            &records,
+            Method::GET,
+            &path("replica=b&cursors=elsewhere:7&share=1&wait_ms=10"),
+            vec![],
+        )
+        .await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::OK, batch.clone()),
+            "no cursor here: all"
+        );
         for (query, body, expected) in [
             ("replica=a", b"garbage".to_vec(), StatusCode::BAD_REQUEST),
             ("replica=", batch.clone(), StatusCode::BAD_REQUEST),
