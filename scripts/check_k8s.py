@@ -777,7 +777,68 @@ def check_controller_deployment(u: Universe, doc: Doc, ctx: Context) -> None:
         wasm_file = args.get("--wasm-file")
         if "--wasm-file" in args and wasm_file != MODULE_IN_IMAGE:
             u.fail(doc, f"{where}: --wasm-file must be {MODULE_IN_IMAGE} (where the image has the module)")
+        check_peers(u, doc, c, args, where)
         check_rbac(u, doc, where)
+
+
+def pod_labels(doc: Doc) -> dict:
+    return get(doc.obj, "spec.template.metadata.labels") or {}
+
+
+def selects(selector: Any, labels: dict) -> bool:
+    """Whether a Service selector (or a matchLabels map) selects pods with `labels`."""
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def check_peers(u: Universe, doc: Doc, c: dict, args: dict, where: str) -> None:
+    """Several controller replicas (a Deployment with replicas > 1) must relay prefix records to
+    each other, or an Envoy learns only from the Envoys on its own controller: --peers-dns
+    names a headless Service selecting these pods on the --listen port, which must be
+    reachable from the other pods (not loopback)."""
+    replicas = get(doc.obj, "spec.replicas")
+    replicas = 1 if replicas is None else replicas
+    peers_dns = args.get("--peers-dns")
+    if not isinstance(replicas, int) or (replicas <= 1 and not peers_dns):
+        return
+    if not peers_dns:
+        u.fail(doc, f"{where}: {replicas} controller replicas without --peers-dns: their Envoys would not share prefix records")
+        return
+    host, _, port = peers_dns.rpartition(":")
+    listen = args.get("--listen") or "127.0.0.1:9002"
+    if listen.startswith(("127.", "localhost", "[::1]")):
+        u.fail(doc, f"{where}: --listen {listen} is loopback: the peers of --peers-dns cannot relay records to it")
+    if port_of(listen) != int(port or 0):
+        u.fail(doc, f"{where}: --peers-dns port {port} is not the --listen port ({port_of(listen)})")
+    service = service_for_host(u, host)
+    if service is None:
+        u.fail(doc, f"{where}: --peers-dns {host} names no Service of these manifests")
+    elif get(service.obj, "spec.clusterIP") != "None":
+        u.fail(doc, f"{where}: --peers-dns Service {service.name} is not headless (clusterIP: None): its name would resolve to one virtual IP, not to every peer")
+    elif not selects(get(service.obj, "spec.selector"), pod_labels(doc)):
+        u.fail(doc, f"{where}: --peers-dns Service {service.name} does not select these pods")
+
+
+def check_network_policy(u: Universe, doc: Doc) -> None:
+    """A NetworkPolicy selects a Deployment's pods and leaves open, to every source, each port
+    a Service sends traffic to (so it narrows only what it means to)."""
+    selector = get(doc.obj, "spec.podSelector.matchLabels") or {}
+    targets = [d for d in u.of_kind("Deployment") if d.namespace == doc.namespace and selects(selector, pod_labels(d))]
+    if not targets:
+        u.fail(doc, "podSelector selects no Deployment's pods")
+        return
+    open_ports = {p.get("port") for rule in as_list(get(doc.obj, "spec.ingress")) if not rule.get("from")
+                  for p in as_list(rule.get("ports"))}
+    for deployment in targets:
+        for service in u.of_kind("Service"):
+            if service.namespace != doc.namespace or get(service.obj, "spec.clusterIP") == "None":
+                continue
+            if not selects(get(service.obj, "spec.selector"), pod_labels(deployment)):
+                continue
+            for port in as_list(get(service.obj, "spec.ports")):
+                target = port.get("targetPort", port.get("port"))
+                numbers = {container_port(c, target) for c in containers(deployment)} - {target} or {target}
+                if not numbers & open_ports:
+                    u.fail(doc, f"blocks port {target} of Service {service.name} (open it to every source)")
 
 
 def check_rbac(u: Universe, doc: Doc, where: str) -> None:
@@ -1042,6 +1103,7 @@ def check_tree(root: Path, ctx: Context) -> Report:
         "EnvoyExtensionPolicy": lambda d: check_extension_policy(u, d, ctx),
         "EnvoyPatchPolicy": lambda d: check_patch_policy(u, d),
         "Deployment": lambda d: check_controller_deployment(u, d, ctx),
+        "NetworkPolicy": lambda d: check_network_policy(u, d),
     }
     for d in docs:
         if d.kind == "ConfigMap":
@@ -1112,6 +1174,15 @@ def append_args(*extra: str) -> Callable[[dict], None]:
     return change
 
 
+def drop_args(flag: str) -> Callable[[dict], None]:
+    """Removes `flag` and its value from the first container's args."""
+    def change(obj: dict) -> None:
+        args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
+        i = args.index(flag)
+        del args[i:i + 2]
+    return change
+
+
 def drop_verb(obj: dict) -> None:
     obj["rules"][0]["verbs"] = [v for v in obj["rules"][0]["verbs"] if v != "watch"]
 
@@ -1134,6 +1205,10 @@ SELF_TESTS: list[tuple[str, Callable[[Path], None], str, Options]] = [
     ("patch without the flag", edit_doc(f"{EG}/wasm-epp-policies.yaml", "EnvoyPatchPolicy", set_value("spec.jsonPatches.0.operation.path", "/fail_open")), STOP_ITERATION, Options(False, False, False)),
     ("controller flag that does not exist", edit_doc(f"{EG}/controller.yaml", "Deployment", append_args("--no-such-flag", "x")), "--no-such-flag", Options(False, False, False)),
     ("controller probe on the wrong port", edit_doc(f"{EG}/controller.yaml", "Deployment", set_value("spec.template.spec.containers.0.readinessProbe.httpGet.port", "snapshot")), "readinessProbe", Options(False, False, False)),
+    ("controller replicas that do not peer", edit_doc(f"{EG}/controller.yaml", "Deployment", drop_args("--peers-dns")), "without --peers-dns", Options(False, False, False)),
+    ("peers Service with a virtual IP", edit_text(f"{EG}/controller.yaml", "clusterIP: None", "clusterIP: 10.96.0.9"), "not headless", Options(False, False, False)),
+    ("sidecar controller on loopback with peers", edit_text("examples/sidecar/deployment.yaml", "- 0.0.0.0:9002", "- 127.0.0.1:9002"), "loopback", Options(False, False, False)),
+    ("NetworkPolicy that closes the gateway", edit_text("examples/sidecar/deployment.yaml", "    - port: 10000\n", ""), "blocks port", Options(False, False, False)),
     ("Role without watch", edit_doc(f"{EG}/controller.yaml", "Role", drop_verb), "watch", Options(False, False, False)),
     ("Deployment fails the schema", edit_doc(f"{EG}/controller.yaml", "Deployment", set_value("spec.replicas", "two")), "schema", Options(False, False, False)),
     ("Deployment with an unknown field", edit_doc("examples/sidecar/deployment.yaml", "Deployment", set_value("spec.replica", 2)), "schema", Options(False, False, False)),
