@@ -143,7 +143,7 @@ impl Poller {
         _trailers: usize,
     ) {
         if let Some(records) = self.records.as_mut() {
-            if records.on_http_call_response(token, body_size) {
+            if records.on_http_call_response(token, body_size, &self.config, self.active) {
                 return;
             }
         }

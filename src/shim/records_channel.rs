@@ -99,15 +99,28 @@ impl RecordsChannel {
         true
     }
 
-    /// Handles an answer to one of this channel's calls; false when `token` is not one.
-    pub fn on_http_call_response(&mut self, token: u32, body_size: usize) -> bool {
+    /// Handles an answer to one of this channel's calls; false when `token` is not one. An
+    /// answered download is followed by the next one at once, an accepted upload by the next
+    /// batch, so a record waits for no tick on its way.
+    pub fn on_http_call_response(
+        &mut self,
+        token: u32,
+        body_size: usize,
+        config: &PollerConfig,
+        active: bool,
+    ) -> bool {
         if self.download == Some(token) {
             self.download = None;
-            self.downloaded(body_size);
+            // After records, more may be on the way: poll again at once. After a 304 (the
+            // hold ran out, or news about sharing) the next tick will do.
+            if self.downloaded(body_size) && active && self.wait_ticks == 0 {
+                self.start_download(config);
+            }
             true
         } else if self.upload == Some(token) {
             self.upload = None;
             match response_header(":status").as_deref() {
+                Some("204") if active => self.start_upload(config),
                 Some("204") => {}
                 Some("429") => self.wait_ticks = 1,
                 other => {
@@ -121,7 +134,8 @@ impl RecordsChannel {
         }
     }
 
-    fn downloaded(&mut self, body_size: usize) {
+    /// Takes a download's answer; whether it brought records.
+    fn downloaded(&mut self, body_size: usize) -> bool {
         let status = response_header(":status");
         match status.as_deref() {
             Some("200") | Some("304") => {}
@@ -133,7 +147,7 @@ impl RecordsChannel {
                 }
                 self.wait_ticks = BACKOFF_TICKS;
                 self.set_share(false);
-                return;
+                return false;
             }
         }
         let cursor = response_header("x-records-cursor").and_then(|c| c.parse::<u64>().ok());
@@ -145,21 +159,26 @@ impl RecordsChannel {
             self.cursors.truncate(MAX_CONTROLLERS);
         }
         self.set_share(response_header("x-records-share").as_deref() == Some("1"));
-        if status.as_deref() == Some("200") {
-            let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
-                .ok()
-                .flatten()
-                .unwrap_or_default();
-            match replica_records::words(&body, MAX_DOWNLOAD_WORDS) {
-                Some(records) => {
-                    exchange::deliver_replica_records(
-                        &SharedHost,
-                        &self.queues,
-                        now_unix_ms(),
-                        &records,
-                    );
-                }
-                None => log::warn!("wasm-epp records: ignored a malformed download"),
+        if status.as_deref() != Some("200") {
+            return false;
+        }
+        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        match replica_records::words(&body, MAX_DOWNLOAD_WORDS) {
+            Some(records) => {
+                exchange::deliver_replica_records(
+                    &SharedHost,
+                    &self.queues,
+                    now_unix_ms(),
+                    &records,
+                );
+                true
+            }
+            None => {
+                log::warn!("wasm-epp records: ignored a malformed download");
+                false
             }
         }
     }
