@@ -566,16 +566,19 @@ mod tests {
         );
     }
 
+    /// Replica `a` waiting (up to 5 s) for records after cursor 0, believing it shares nothing.
+    fn wait_as_a(log: &std::sync::Arc<RecordLog>) -> tokio::task::JoinHandle<Answer> {
+        let log = log.clone();
+        tokio::spawn(async move {
+            log.wait_since("a", 0, Some("i"), Some(false), Duration::from_secs(5))
+                .await
+        })
+    }
+
     #[tokio::test]
     async fn a_download_waits_for_another_replicas_batch() {
         let log = std::sync::Arc::new(RecordLog::new("i", None));
-        let waiting = {
-            let log = log.clone();
-            tokio::spawn(async move {
-                log.wait_since("a", 0, Some("i"), Some(false), Duration::from_secs(5))
-                    .await
-            })
-        };
+        let waiting = wait_as_a(&log);
         tokio::time::sleep(Duration::from_millis(50)).await;
         log.append("a", words(&[1, 1, 1, 1]), None, Instant::now())
             .unwrap();
@@ -606,13 +609,7 @@ mod tests {
             .wait_since("a", 0, None, None, Duration::from_secs(5))
             .await;
         assert!(!first.share);
-        let waiting = {
-            let log = log.clone();
-            tokio::spawn(async move {
-                log.wait_since("a", 0, Some("i"), Some(false), Duration::from_secs(5))
-                    .await
-            })
-        };
+        let waiting = wait_as_a(&log);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished());
         log.since("b", 0, Instant::now());
