@@ -17,10 +17,10 @@ use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 
 use super::calls::{self, counted};
-use super::filter::Worker;
 use super::phase_metrics::{timed, ShimPhase};
 use super::request_headers::RequestHeaders;
 use super::shared;
+use super::worker::Worker;
 use crate::errors::{InferenceError, DROPPED_REASON_HEADER};
 use crate::picker::{
     Controls, Outcome, CONTROL_HEADERS, DECISION_HEADER, DESTINATION_HEADER, SESSION_TOKEN_HEADER,

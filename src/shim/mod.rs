@@ -10,6 +10,7 @@ mod poller;
 mod records_channel;
 mod request_headers;
 mod shared;
+mod worker;
 
 use proxy_wasm::traits::{Context, RootContext};
 use proxy_wasm::types::{BufferType, ContextType, LogLevel};
