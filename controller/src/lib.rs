@@ -14,6 +14,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod discovery;
+pub mod duration;
 pub mod eds;
 pub mod extract;
 pub mod http;

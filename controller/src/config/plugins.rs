@@ -8,8 +8,8 @@ use wasm_epp::scheduler::profile::{
 };
 
 use super::selector;
-use crate::cli::parse_duration;
 use crate::discovery::file::FileSource;
+use crate::duration::parse_duration;
 
 /// A built plugin instance.
 #[derive(Debug, Clone, PartialEq)]
