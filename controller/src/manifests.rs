@@ -63,14 +63,7 @@ pub const DEFAULT_POOL_NAMESPACE: &str = "default";
 /// Largest target weight.
 pub const MAX_WEIGHT: i64 = 1_000_000;
 
-/// What the snapshot carries from the manifests.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Manifests {
-    /// Priority by InferenceObjective name.
-    pub objectives: BTreeMap<String, i32>,
-    /// InferenceModelRewrite objects, oldest first.
-    pub rewrites: Vec<ModelRewrite>,
-}
+pub use crate::store::Manifests;
 
 /// Which objects are used: the pool this controller serves.
 #[derive(Debug, Clone, PartialEq, Eq)]

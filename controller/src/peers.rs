@@ -24,7 +24,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::log;
-use crate::records::PATH;
+use crate::records::{Batch, PATH};
 
 /// Batches waiting per peer; beyond it a slow peer skips the oldest.
 pub const RELAY_QUEUE: usize = 1_024;
@@ -34,15 +34,6 @@ pub const RESOLVE_EVERY: Duration = Duration::from_secs(10);
 const RELAY_TIMEOUT: Duration = Duration::from_secs(5);
 /// A peer's failures are logged at most once per this period.
 const LOG_EVERY: Duration = Duration::from_secs(60);
-
-/// One batch to relay: the replica that uploaded it and its bytes.
-#[derive(Debug, Clone)]
-pub struct Batch {
-    /// The uploading Envoy replica's id.
-    pub replica: String,
-    /// The records, as uploaded.
-    pub body: Bytes,
-}
 
 /// Where the peers come from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

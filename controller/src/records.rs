@@ -40,8 +40,6 @@ use bytes::{BufMut, Bytes, BytesMut};
 use thiserror::Error;
 use tokio::sync::{broadcast, watch};
 
-use crate::peers::Batch;
-
 /// Where the exchange is served.
 pub const PATH: &str = "/v1/prefix-records";
 /// Response header: the cursor to send as `since` next time.
@@ -203,6 +201,15 @@ fn refused(replica: &mut Replica, refusal: Refusal, now: Instant) -> (Refusal, O
     }
     replica.logged = Some(now);
     (refusal, Some(std::mem::take(&mut replica.unlogged)))
+}
+
+/// One batch a local Envoy uploaded, to relay to the peer controllers ([`crate::peers`]).
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// The uploading Envoy replica's id.
+    pub replica: String,
+    /// The records, as uploaded.
+    pub body: Bytes,
 }
 
 /// What a download gets.

@@ -23,10 +23,9 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use wasm_epp::scheduler::profile::{FilterSpec, Profile};
-use wasm_epp::snapshot::{Endpoint, Metrics, Snapshot};
+use wasm_epp::snapshot::{Endpoint, Metrics, ModelRewrite, Snapshot};
 
 use crate::log::now_unix_ms;
-use crate::manifests::Manifests;
 
 /// A published snapshot with its encoded form.
 #[derive(Debug)]
@@ -99,6 +98,16 @@ impl Counters {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+}
+
+/// What the snapshot carries from the InferenceObjective and InferenceModelRewrite objects
+/// (a manifests file or the Kubernetes API; see [`crate::manifests`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Manifests {
+    /// Priority by InferenceObjective name.
+    pub objectives: BTreeMap<String, i32>,
+    /// InferenceModelRewrite objects, oldest first.
+    pub rewrites: Vec<ModelRewrite>,
 }
 
 /// An endpoint's state as `/debug/endpoints` shows it.
