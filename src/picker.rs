@@ -2,9 +2,6 @@
 //! subset hint → body parsing → model rewrite → admission → scheduling. Plain Rust: the
 //! Proxy-Wasm shell only supplies the inputs and applies the outcome.
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine;
-
 use crate::admission;
 use crate::errors::InferenceError;
 use crate::phases::{Phase, PhaseTimer, Phases};
@@ -14,6 +11,7 @@ use crate::rewrite;
 use crate::scheduler::prefix::PrefixIndex;
 use crate::scheduler::profile::{Profile, ScorerSpec};
 use crate::scheduler::rng::Rng;
+use crate::scheduler::scorers::session_affinity_scorer;
 use crate::scheduler::{self, Decision, Request};
 use crate::snapshot::{Endpoint, Snapshot};
 
@@ -22,8 +20,9 @@ pub const DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
 /// Request header restricting the pick to these endpoints: comma-separated `ip:port` (that
 /// endpoint) or `ip` (every port of that address).
 pub const SUBSET_HEADER: &str = "x-gateway-destination-endpoint-subset";
-/// Request and response header of the session-affinity scorer: base64 of the endpoint name.
-pub const SESSION_TOKEN_HEADER: &str = "x-session-token";
+/// Request and response header of the session-affinity scorer (its home:
+/// [`session_affinity_scorer`]).
+pub use crate::scheduler::scorers::session_affinity_scorer::TOKEN_HEADER as SESSION_TOKEN_HEADER;
 /// Response header explaining the decision, when `explainDecisions` is on.
 pub const DECISION_HEADER: &str = "x-wasm-epp-decision";
 /// Request header of upstream flow-control fairness (and its deprecated alias); not used by
@@ -255,8 +254,7 @@ impl Picker {
         }
         let session = incoming
             .session_token
-            .and_then(|t| BASE64.decode(t.trim()).ok())
-            .and_then(|bytes| String::from_utf8(bytes).ok());
+            .and_then(session_affinity_scorer::decode);
         let counts: Vec<u64> = if uses(snapshot, |s| matches!(s, ScorerSpec::ActiveRequest(_))) {
             endpoints.iter().map(|e| in_flight(e)).collect()
         } else {
@@ -297,7 +295,7 @@ impl Picker {
             .collect::<Vec<_>>()
             .join(",");
         if uses(snapshot, |s| matches!(s, ScorerSpec::SessionAffinity)) {
-            route.session_token = Some(BASE64.encode(primary.name.as_bytes()));
+            route.session_token = Some(session_affinity_scorer::encode(&primary.name));
         }
         if config.explain_decisions {
             route.explanation = Some(explain(&snapshot.profile, &decision, &endpoints));
@@ -739,7 +737,7 @@ mod tests {
             weight: 1.0,
             scorer: ScorerSpec::SessionAffinity,
         }];
-        let token = BASE64.encode("pod-2");
+        let token = session_affinity_scorer::encode("pod-2");
         for seed in 0..10 {
             let incoming = Incoming {
                 session_token: Some(&token),

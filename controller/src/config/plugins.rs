@@ -6,6 +6,7 @@ use wasm_epp::scheduler::profile::{
     ActiveRequestParams, FilterSpec, LoadAwareParams, PickerSpec, PrefixCacheParams, ScorerSpec,
     UtilizationParams,
 };
+use wasm_epp::scheduler::scorers::session_affinity_scorer::TOKEN_HEADER as SESSION_TOKEN_HEADER;
 
 use super::selector;
 use crate::discovery::file::FileSource;
@@ -279,9 +280,6 @@ fn active_request_scorer(params: &Params<'_>) -> Result<Plugin, String> {
     }
     Ok(scorer(ScorerSpec::ActiveRequest(active)))
 }
-
-/// The session token header the `encoded_endpoint_header` strategy reads and writes.
-const SESSION_TOKEN_HEADER: &str = "x-session-token";
 
 fn session_affinity_scorer(params: &Params<'_>) -> Result<Plugin, String> {
     match params.get::<String>("strategy")?.as_deref() {

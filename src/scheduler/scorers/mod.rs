@@ -8,7 +8,7 @@ mod lora_affinity_scorer;
 mod prefix_cache_scorer;
 mod queue_scorer;
 mod running_requests_size_scorer;
-mod session_affinity_scorer;
+pub mod session_affinity_scorer;
 
 use super::profile::ScorerSpec;
 use super::ScoringInput;
