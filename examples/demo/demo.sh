@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: three simulated vLLM servers of different speed, the controller and Envoy with the
-# wasm-epp filter (envoy/envoy.yaml as shipped), started by scripts/run.sh as `make run` starts
-# them. The same burst of shared-prefix streaming requests goes once through plain Envoy
-# round-robin and once through wasm-epp; the script prints where requests went and the latency
-# of both, then stops everything it started. DEMO_REPLICAS=N (1 to 8) runs N Envoy replicas, as
-# `make run EPP_REPLICAS=N` does, and the burst takes them in turn.
+# wasm-epp filter (envoy/envoy.yaml as shipped). The same burst of shared-prefix streaming
+# requests goes once through plain Envoy round-robin and once through wasm-epp; the script prints
+# where requests went and the latency of both, then stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -17,17 +15,10 @@ SIM_SCALES=(1 2 4)
 REQUESTS=${DEMO_REQUESTS:-240}
 CONCURRENCY=${DEMO_CONCURRENCY:-16}
 PREFIX_GROUPS=${DEMO_GROUPS:-24}
-REPLICAS=${DEMO_REPLICAS:-1}
-[[ "$REPLICAS" =~ ^[1-8]$ ]] || fail "DEMO_REPLICAS must be 1 to 8 (got \"$REPLICAS\")"
-# The round-robin baseline's Envoy, clear of the replicas' ports (10000+i, 9901+i).
-RR_PORT=10100
-RR_ADMIN=9990
 LOAD=(--requests "$REQUESTS" --concurrency "$CONCURRENCY" --stream --max-tokens 32
       --shared-prefix-groups "$PREFIX_GROUPS" --prefix-bytes 4096 --prompt-bytes 256 --seed 7)
 
-replica_ports=()
-for (( i = 0; i < REPLICAS; i++ )); do replica_ports+=($((10000 + i)) $((9901 + i))); done
-require_free_ports "${replica_ports[@]}" 9002 9090 "$RR_PORT" "$RR_ADMIN" "${SIM_PORTS[@]}"
+require_free_ports 10000 9901 9002 9090 10001 9902 "${SIM_PORTS[@]}"
 
 sim_pids=()
 start_sims() {
@@ -52,14 +43,14 @@ start_sims
 } >"$WORK/endpoints.yaml"
 
 # Round-robin baseline: the same Envoy, no picker, a static round-robin cluster of the servers.
-plain_envoy_config "$RR_ADMIN" "$RR_PORT" "${SIM_PORTS[@]}" >"$WORK/round-robin.yaml"
+plain_envoy_config 9902 10001 "${SIM_PORTS[@]}" >"$WORK/round-robin.yaml"
 
 "$ENVOY" -c "$WORK/round-robin.yaml" --concurrency 2 --disable-hot-restart -l warning >"$WORK/envoy-rr.log" 2>&1 &
 pids+=($!)
-wait_http "http://127.0.0.1:$RR_ADMIN/ready" "round-robin Envoy"
+wait_http "http://127.0.0.1:9902/ready" "round-robin Envoy"
 
 echo "== burst 1: $REQUESTS streaming requests ($PREFIX_GROUPS groups, each sharing a 4 KB system prompt), $CONCURRENCY at a time, Envoy round-robin"
-"$BIN/wasm-epp-loadgen" --url "http://127.0.0.1:$RR_PORT/v1/completions" "${LOAD[@]}" \
+"$BIN/wasm-epp-loadgen" --url http://127.0.0.1:10001/v1/completions "${LOAD[@]}" \
   --label round-robin --json "$WORK/rr.json" >"$WORK/rr.txt" || fail "load generator failed (round-robin)"
 
 # Cold caches for the second run: restart the servers.
@@ -67,33 +58,24 @@ kill "${sim_pids[@]}" 2>/dev/null || true
 wait "${sim_pids[@]}" 2>/dev/null || true
 start_sims
 
-echo "== starting wasm-epp-controller (scrapes every 50 ms) and $REPLICAS Envoy replica(s) with the wasm-epp filter (scripts/run.sh, as make run)"
-EPP_ENDPOINTS="$WORK/endpoints.yaml" EPP_REPLICAS="$REPLICAS" ENVOY_BIN="$ENVOY" WASM_EPP_BIN_DIR="$BIN" \
-  bash scripts/run.sh >"$WORK/run.log" 2>&1 &
+echo "== starting wasm-epp-controller (scrapes every 50 ms) and Envoy with the wasm-epp filter (envoy/envoy.yaml)"
+"$BIN/wasm-epp-controller" --endpoints-file "$WORK/endpoints.yaml" >"$WORK/controller.log" 2>&1 &
 pids+=($!)
 wait_http "http://127.0.0.1:9090/readyz" "controller"
-urls=()
-for (( i = 0; i < REPLICAS; i++ )); do
-  wait_http "http://127.0.0.1:$((9901 + i))/ready" "Envoy replica $i"
-  # The filter picks once it has a snapshot from the controller.
-  wait_http "http://127.0.0.1:$((10000 + i))/v1/models" "Envoy replica $i's first snapshot"
-  urls+=(--url "http://127.0.0.1:$((10000 + i))/v1/completions")
+"$ENVOY" -c envoy/envoy.yaml --concurrency 2 --disable-hot-restart -l warning >"$WORK/envoy.log" 2>&1 &
+pids+=($!)
+wait_http "http://127.0.0.1:9901/ready" "Envoy"
+for _ in $(seq 1 100); do
+  code=$(python3 -c 'import urllib.request as u
+try: print(u.urlopen(u.Request("http://127.0.0.1:10000/v1/models"), timeout=2).status)
+except Exception as e: print(getattr(e, "code", 0))')
+  [[ "$code" == 200 ]] && break
+  sleep 0.05
 done
-if (( REPLICAS > 1 )); then
-  # Replicas share prefix records once the controller has seen them all; their workers notice
-  # at their next heartbeat (1 s).
-  for (( i = 0; i < REPLICAS; i++ )); do
-    for _ in $(seq 1 100); do
-      python3 -c 'import sys, urllib.request as u; sys.exit(0 if b": 1" in u.urlopen(sys.argv[1], timeout=1).read() else 1)' \
-        "http://127.0.0.1:$((9901 + i))/stats?filter=wasm_epp_replicas_sharing" 2>/dev/null && break
-      sleep 0.1
-    done
-  done
-  sleep 1.2
-fi
+[[ "$code" == 200 ]] || fail "Envoy never received a snapshot from the controller"
 
-echo "== burst 2: the same $REQUESTS requests through wasm-epp (default profile: queue 2, kv-cache 2, prefix-cache 3), $REPLICAS replica(s) in turn"
-"$BIN/wasm-epp-loadgen" "${urls[@]}" "${LOAD[@]}" \
+echo "== burst 2: the same $REQUESTS requests through wasm-epp (default profile: queue 2, kv-cache 2, prefix-cache 3)"
+"$BIN/wasm-epp-loadgen" --url http://127.0.0.1:10000/v1/completions "${LOAD[@]}" \
   --label wasm-epp --json "$WORK/epp.json" >"$WORK/epp.txt" || fail "load generator failed (wasm-epp)"
 
 python3 - "$WORK/rr.json" "$WORK/epp.json" <<'PY'
@@ -123,4 +105,4 @@ print("  wasm-epp sends more of the work to the server with the shortest queue a
 print("  and keeps each shared system prompt where it is already cached; round-robin spreads")
 print("  requests evenly whatever the load.")
 PY
-echo "== done; stopping the simulators, the controller and the Envoys"
+echo "== done; stopping the simulators, the controller and both Envoys"
