@@ -17,7 +17,7 @@ export ENVOY_BIN := $(abspath $(ENVOY))
 export WASM_EPP_WASM := $(abspath $(WASM))
 export WASM_EPP_BIN_DIR := $(abspath $(BIN))
 
-.PHONY: build wasm wasm-phase-timers wasm-host-floor native envoy demo overhead bench-pick bench bench-quick kind-demo kind-down check-k8s run test lint test-unit test-wasm test-e2e clean
+.PHONY: build wasm wasm-phase-timers wasm-host-floor native envoy demo overhead bench-pick bench bench-quick kind-demo kind-down check-k8s kube-tools run test lint test-unit test-wasm test-e2e clean
 
 ## build: the filter (.wasm), the controller, the simulator and the load generator
 build: wasm native
@@ -111,7 +111,12 @@ lint:
 	cargo clippy --locked --target wasm32-wasip1 -p wasm-epp --features phase-timers -- -D warnings
 	cargo clippy --locked --target wasm32-wasip1 -p wasm-epp-host-floor -- -D warnings
 
-test-unit:
+## kube-tools: a real etcd and kube-apiserver in .tools/kube/bin (built once per machine, ~8 min; cached in ~/.cache/wasm-epp)
+kube-tools:
+	bash scripts/kube-tools.sh
+
+# The controller's tests include Kubernetes discovery against the real API server.
+test-unit: kube-tools
 	cargo test --locked --workspace --exclude wasm-epp
 	cargo test --locked -p wasm-epp --lib --test request_fuzz
 

@@ -2,13 +2,12 @@
 # `make kind-demo`: wasm-epp on Envoy Gateway in a local kind cluster.
 #
 # Creates the kind cluster wasm-epp-demo (or reuses it), installs Envoy Gateway v1.9.0 with the
-# Gateway API CRDs (Helm, EnvoyPatchPolicy enabled), the InferencePool CRDs (Gateway API
-# Inference Extension v1.6.0) and the InferenceObjective / InferenceModelRewrite CRDs (llm-d),
-# three simulated vLLM servers, the wasm-epp controller image (built here, loaded into kind) and
+# Gateway API CRDs (Helm, EnvoyPatchPolicy enabled), the InferencePool, InferenceObjective and
+# InferenceModelRewrite CRDs of examples/crds/ (the ones the tests run against), three simulated vLLM servers, the wasm-epp controller image (built here, loaded into kind) and
 # the manifests of examples/envoy-gateway/ with the filter's sha256 filled in. Then it sends a
 # few requests through the Gateway and prints which pod served each one.
 #
-# Needs docker, kind, kubectl and helm, network access for the images and CRDs, and the filter
+# Needs docker, kind, kubectl and helm, network access for the images, and the filter
 # built on this host (`make build` does it; `make kind-demo` runs that first). Run it again at
 # any time: every step converges. `make kind-down` deletes the cluster.
 set -euo pipefail
@@ -17,9 +16,7 @@ cd "$(dirname "$0")/../.."
 CLUSTER=wasm-epp-demo
 CONTEXT=kind-$CLUSTER
 EG_VERSION=v1.9.0
-GIE_CRDS=https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/v1.6.0/manifests.yaml
-# llm-d ships these CRDs as source files of its router repository, not as a release artifact.
-LLMD_CRDS=https://raw.githubusercontent.com/llm-d/llm-d-router/v0.10.0/config/crd/bases
+CRDS=examples/crds
 WASM=target/wasm32-wasip1/wasm/wasm_epp.wasm
 MANIFESTS=examples/envoy-gateway
 LOCAL_PORT=${KIND_DEMO_PORT:-8888}
@@ -71,9 +68,7 @@ helm upgrade --install eg oci://docker.io/envoyproxy/gateway-helm --version "$EG
 k -n envoy-gateway-system wait deployment/envoy-gateway --for=condition=Available --timeout="$WAIT"
 
 say "InferencePool, InferenceObjective and InferenceModelRewrite CRDs"
-k apply --server-side -f "$GIE_CRDS"
-k apply --server-side -f "$LLMD_CRDS/llm-d.ai_inferenceobjectives.yaml" \
-  -f "$LLMD_CRDS/llm-d.ai_inferencemodelrewrites.yaml"
+k apply --server-side -f "$CRDS"
 k wait --for=condition=Established --timeout=60s crd/inferencepools.inference.networking.k8s.io \
   crd/inferenceobjectives.llm-d.ai crd/inferencemodelrewrites.llm-d.ai
 

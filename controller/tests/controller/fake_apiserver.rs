@@ -309,13 +309,6 @@ impl FakeApiServer {
         }
     }
 
-    /// Deletes the object with the `apiVersion`, `kind`, namespace and name of `object` (a
-    /// DELETED event). Panics if there is none.
-    pub fn delete_object(&self, object: &Value) {
-        let key = self.shared.lock().key_of(object);
-        self.delete_key(&key);
-    }
-
     fn delete_key(&self, key: &Key) {
         let mut state = self.shared.lock();
         let Some(mut object) = state.objects.remove(key) else {
