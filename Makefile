@@ -17,7 +17,7 @@ export ENVOY_BIN := $(abspath $(ENVOY))
 export WASM_EPP_WASM := $(abspath $(WASM))
 export WASM_EPP_BIN_DIR := $(abspath $(BIN))
 
-.PHONY: build wasm wasm-phase-timers wasm-host-floor native envoy demo overhead bench-pick bench bench-quick kind-demo kind-down check-k8s kube-tools run test lint test-unit test-wasm test-e2e clean
+.PHONY: build wasm wasm-phase-timers wasm-host-floor native envoy demo overhead bench-pick bench bench-quick kind-demo kind-down check-k8s kube-tools run test test-vllm lint test-unit test-wasm test-e2e clean
 
 ## build: the filter (.wasm), the controller, the simulator and the load generator
 build: wasm native
@@ -127,6 +127,10 @@ test-wasm: $(WASM_BINDGEN_RUNNER)
 
 test-e2e: build envoy
 	cargo test --locked -p wasm-epp --test e2e --test scheduling --test gateway_mode --test protocols --test resilience --test make_run --test replicas -- --test-threads 2
+
+## test-vllm: end-to-end tests against two real vLLM servers (CPU; installs vLLM once per machine, ~6.5 GB in ~/.cache/wasm-epp)
+test-vllm: build envoy
+	bash scripts/test-vllm.sh
 
 clean:
 	cargo clean

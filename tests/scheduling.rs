@@ -599,3 +599,54 @@ fn a_request_costs_the_same_host_calls_whatever_its_prompt_and_pool() {
     // exchange's unit tests show that). Three here: 9 in a run at this commit.
     assert!(least <= 6.0 + 3.0, "{per_request:?}");
 }
+
+#[test]
+fn a_pool_mixes_engines_by_their_label() {
+    // `b` speaks SGLang's metric names; its endpoint label says so. The picker follows both
+    // servers' queues, so both are read right.
+    let scratch = Scratch::new("mixed-engines");
+    let a = Sim::start(&scratch, "a", &[]);
+    let b = Sim::start(&scratch, "b", &["--engine", "sglang"]);
+    let file = scratch.path("endpoints.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "endpoints:\n\
+             - {{name: a, namespace: e2e, address: 127.0.0.1, port: {}}}\n\
+             - {{name: b, namespace: e2e, address: 127.0.0.1, port: {}, labels: {{llm-d.ai/engine-type: sglang}}}}\n",
+            a.port, b.port
+        ),
+    )
+    .expect("write endpoints");
+    let args = ["--endpoints-file", file.to_str().unwrap_or_default()];
+    let controller = Controller::start(&scratch, "100ms", &args);
+    let envoy = Envoy::start(&scratch, EnvoyOptions::with_controller(controller.port));
+    for (busy, idle) in [(&a, "b"), (&b, "a")] {
+        let other = if idle == "a" { &a } else { &b };
+        busy.report_load(20, 0.9);
+        other.report_load(0, 0.1);
+        assert!(
+            wait_until(Duration::from_secs(10), || sticky_instance(&envoy, 5)
+                .as_deref()
+                == Some(idle)),
+            "with {} loaded, requests did not settle on {idle}",
+            busy.name
+        );
+    }
+    let endpoints: serde_json::Value = serde_json::from_str(
+        &get(
+            &format!("http://127.0.0.1:{}/debug/endpoints", controller.admin_port),
+            &[],
+        )
+        .body,
+    )
+    .expect("debug endpoints");
+    for endpoint in endpoints.as_array().expect("a list") {
+        assert_eq!(
+            endpoint["last_error"],
+            serde_json::Value::Null,
+            "{endpoint}"
+        );
+        assert_eq!(endpoint["metrics"]["block_size"], 16, "{endpoint}");
+    }
+}

@@ -1,29 +1,31 @@
 //! The core metrics extractor: maps a model server's Prometheus samples onto snapshot
-//! [`Metrics`]. Only the vLLM metric names are known so far (the upstream default engine).
+//! [`Metrics`], reading the metric names of the endpoint's [`Engine`].
 
 use wasm_epp::snapshot::Metrics;
 
+use crate::engines::{Engine, Field, Selector};
 use crate::prometheus::Sample;
 
-const WAITING: &str = "vllm:num_requests_waiting";
-const RUNNING: &str = "vllm:num_requests_running";
-const KV_USAGE: &str = "vllm:kv_cache_usage_perc";
-/// The name vLLM used for KV-cache usage before `kv_cache_usage_perc`.
-const KV_USAGE_OLD: &str = "vllm:gpu_cache_usage_perc";
-const LORA_INFO: &str = "vllm:lora_requests_info";
-const CACHE_CONFIG: &str = "vllm:cache_config_info";
-
-/// Extracts vLLM metrics. Several series of one gauge (e.g. one per `model_name`) are summed
-/// for the queue and running counts, and the largest is taken for KV-cache usage. An exposition
-/// with none of the queue, running or KV-usage gauges is an error; LoRA and cache-config
-/// information are optional. `updated_unix_ms` is left for the caller to set.
-pub fn vllm_metrics(samples: &[Sample<'_>]) -> Result<Metrics, String> {
-    let waiting = sum(samples, WAITING);
-    let running = sum(samples, RUNNING);
-    let kv = max(samples, KV_USAGE).or_else(|| max(samples, KV_USAGE_OLD));
+/// Extracts `engine`'s metrics. Several series of the queue or running gauge (e.g. one per
+/// `model_name`) are summed, and the largest KV-cache usage is taken. An exposition with none
+/// of the queue, running or KV-usage gauges is an error; LoRA and cache geometry are optional.
+/// `updated_unix_ms` is left for the caller to set.
+pub fn metrics(engine: &Engine, samples: &[Sample<'_>]) -> Result<Metrics, String> {
+    let waiting = first_present(samples, &engine.waiting, sum);
+    let running = first_present(samples, &engine.running, sum);
+    let kv = first_present(samples, &engine.kv_usage, max);
     if waiting.is_none() && running.is_none() && kv.is_none() {
+        let looked_for: Vec<String> = engine
+            .waiting
+            .iter()
+            .chain(&engine.running)
+            .chain(&engine.kv_usage)
+            .map(|s| s.name.clone())
+            .collect();
         return Err(format!(
-            "no vLLM metrics in the response (looked for {WAITING}, {RUNNING}, {KV_USAGE})"
+            "no {} metrics in the response (looked for {})",
+            engine.name,
+            looked_for.join(", ")
         ));
     }
     let mut metrics = Metrics {
@@ -32,34 +34,60 @@ pub fn vllm_metrics(samples: &[Sample<'_>]) -> Result<Metrics, String> {
         kv_cache_usage: fraction(kv),
         ..Metrics::default()
     };
-    if let Some(lora) = newest_lora_info(samples) {
-        metrics.active_models = adapters(lora.label("running_lora_adapters"));
-        metrics.waiting_models = adapters(lora.label("waiting_lora_adapters"));
-        metrics.max_active_models = lora.label("max_lora").and_then(number).unwrap_or(0);
+    if let Some(lora) = &engine.lora {
+        if let Some(info) = newest(samples, &lora.selector) {
+            metrics.active_models = adapters(info.label(&lora.running_label));
+            metrics.waiting_models = adapters(info.label(&lora.waiting_label));
+            metrics.max_active_models = info.label(&lora.max_label).and_then(number).unwrap_or(0);
+        }
     }
-    if let Some(cache) = samples.iter().find(|s| s.name == CACHE_CONFIG) {
-        metrics.block_size = cache.label("block_size").and_then(number);
-        metrics.num_gpu_blocks = cache.label("num_gpu_blocks").and_then(number);
-    }
+    metrics.block_size = engine.block_size.as_ref().and_then(|f| field(samples, f));
+    metrics.num_gpu_blocks = engine.num_blocks.as_ref().and_then(|f| field(samples, f));
     Ok(metrics)
 }
 
-fn series<'s, 'a>(samples: &'s [Sample<'a>], name: &'s str) -> impl Iterator<Item = f64> + 's {
+fn series<'s, 'a>(
+    samples: &'s [Sample<'a>],
+    selector: &'s Selector,
+) -> impl Iterator<Item = f64> + 's {
     samples
         .iter()
-        .filter(move |s| s.name == name)
+        .filter(move |s| selector.matches(s))
         .map(|s| s.value)
         .filter(|v| !v.is_nan())
 }
 
-/// Sum of every series of `name`; `None` when the family is absent.
-fn sum(samples: &[Sample<'_>], name: &str) -> Option<f64> {
-    series(samples, name).fold(None, |total, v| Some(total.unwrap_or(0.0) + v))
+/// `aggregate` over the first selector of `selectors` with any series present.
+fn first_present(
+    samples: &[Sample<'_>],
+    selectors: &[Selector],
+    aggregate: fn(&[Sample<'_>], &Selector) -> Option<f64>,
+) -> Option<f64> {
+    selectors.iter().find_map(|s| aggregate(samples, s))
 }
 
-/// Largest series of `name`; `None` when the family is absent.
-fn max(samples: &[Sample<'_>], name: &str) -> Option<f64> {
-    series(samples, name).fold(None, |best, v| Some(best.map_or(v, |b: f64| b.max(v))))
+/// Sum of every selected series; `None` when there is none.
+fn sum(samples: &[Sample<'_>], selector: &Selector) -> Option<f64> {
+    series(samples, selector).fold(None, |total, v| Some(total.unwrap_or(0.0) + v))
+}
+
+/// Largest selected series; `None` when there is none.
+fn max(samples: &[Sample<'_>], selector: &Selector) -> Option<f64> {
+    series(samples, selector).fold(None, |best, v| Some(best.map_or(v, |b: f64| b.max(v))))
+}
+
+/// An integer field: a series' value (rounded) or a label of the first matching series.
+fn field<T: std::str::FromStr + TryFrom<u64>>(samples: &[Sample<'_>], field: &Field) -> Option<T> {
+    match field {
+        Field::Value(selector) => max(samples, selector)
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .and_then(|v| T::try_from(v.round() as u64).ok()),
+        Field::Label(selector, label) => samples
+            .iter()
+            .find(|s| selector.matches(s))
+            .and_then(|s| s.label(label))
+            .and_then(number),
+    }
 }
 
 /// A gauge value as a request count: rounded, negative or non-finite values → 0.
@@ -79,11 +107,11 @@ fn fraction(value: Option<f64>) -> f64 {
     }
 }
 
-/// The `vllm:lora_requests_info` series with the largest value (the value is a timestamp).
-fn newest_lora_info<'s, 'a>(samples: &'s [Sample<'a>]) -> Option<&'s Sample<'a>> {
+/// The selected series with the largest value (the LoRA info's value is a timestamp).
+fn newest<'s, 'a>(samples: &'s [Sample<'a>], selector: &Selector) -> Option<&'s Sample<'a>> {
     samples
         .iter()
-        .filter(|s| s.name == LORA_INFO && !s.value.is_nan())
+        .filter(|s| selector.matches(s) && !s.value.is_nan())
         .max_by(|a, b| a.value.total_cmp(&b.value))
 }
 
@@ -105,10 +133,19 @@ fn number<T: std::str::FromStr>(text: &str) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engines::Engines;
     use crate::prometheus::parse;
 
+    fn extract_as(engine: &str, text: &str) -> Result<Metrics, String> {
+        let engines = Engines::default();
+        metrics(
+            engines.get(engine).unwrap(),
+            &parse(text).map_err(|e| e.to_string())?,
+        )
+    }
+
     fn extract(text: &str) -> Result<Metrics, String> {
-        vllm_metrics(&parse(text).map_err(|e| e.to_string())?)
+        extract_as("vllm", text)
     }
 
     #[test]
@@ -191,6 +228,76 @@ mod tests {
     #[test]
     fn an_exposition_without_vllm_metrics_is_an_error() {
         let err = extract("process_cpu_seconds_total 12\n").unwrap_err();
-        assert!(err.contains(WAITING), "{err}");
+        assert!(err.contains("vllm:num_requests_waiting"), "{err}");
+        let err = extract_as("sglang", "vllm:num_requests_waiting 1\n").unwrap_err();
+        assert!(
+            err.contains("no sglang metrics") && err.contains("sglang:num_queue_reqs"),
+            "{err}"
+        );
+    }
+
+    // One exposition per engine, written from the metric names upstream maps.
+
+    #[test]
+    fn reads_sglang() {
+        let m = extract_as(
+            "sglang",
+            "sglang:num_queue_reqs{model_name=\"m\"} 4\n\
+             sglang:num_running_reqs{model_name=\"m\"} 9\n\
+             sglang:token_usage{model_name=\"m\"} 0.42\n\
+             sglang:cache_config_info{page_size=\"64\",num_pages=\"1200\"} 1\n",
+        )
+        .unwrap();
+        assert_eq!((m.waiting_queue_size, m.running_requests_size), (4, 9));
+        assert_eq!(m.kv_cache_usage, 0.42);
+        assert_eq!((m.block_size, m.num_gpu_blocks), (Some(64), Some(1200)));
+    }
+
+    #[test]
+    fn reads_trtllm_serve() {
+        let m = extract_as(
+            "trtllm-serve",
+            "trtllm_num_requests_waiting 2\n\
+             trtllm_num_requests_running 6\n\
+             trtllm_kv_cache_utilization 0.3\n\
+             trtllm_kv_cache_tokens_per_block 32\n\
+             trtllm_kv_cache_max_blocks 5000\n",
+        )
+        .unwrap();
+        assert_eq!((m.waiting_queue_size, m.running_requests_size), (2, 6));
+        assert_eq!(m.kv_cache_usage, 0.3);
+        assert_eq!((m.block_size, m.num_gpu_blocks), (Some(32), Some(5000)));
+    }
+
+    #[test]
+    fn reads_triton_tensorrt_llm_by_label() {
+        let m = extract_as(
+            "triton-tensorrt-llm",
+            "nv_trt_llm_request_metrics{model=\"ensemble\",request_type=\"waiting\"} 3\n\
+             nv_trt_llm_request_metrics{model=\"ensemble\",request_type=\"scheduled\"} 7\n\
+             nv_trt_llm_request_metrics{model=\"ensemble\",request_type=\"context\"} 99\n\
+             nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"fraction\"} 0.61\n\
+             nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"tokens_per\"} 64\n\
+             nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"max\"} 800\n\
+             nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"used\"} 488\n",
+        )
+        .unwrap();
+        assert_eq!((m.waiting_queue_size, m.running_requests_size), (3, 7));
+        assert_eq!(m.kv_cache_usage, 0.61);
+        assert_eq!((m.block_size, m.num_gpu_blocks), (Some(64), Some(800)));
+    }
+
+    #[test]
+    fn reads_triton() {
+        let m = extract_as(
+            "triton",
+            "nv_inference_pending_request_count{model=\"a\"} 1\n\
+             nv_inference_pending_request_count{model=\"b\"} 2\n\
+             nv_inference_exec_count{model=\"a\"} 5\n",
+        )
+        .unwrap();
+        assert_eq!((m.waiting_queue_size, m.running_requests_size), (3, 5));
+        assert_eq!(m.kv_cache_usage, 0.0, "triton reports no KV cache");
+        assert_eq!(m.block_size, None);
     }
 }

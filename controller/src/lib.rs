@@ -16,6 +16,7 @@ pub mod config;
 pub mod discovery;
 pub mod duration;
 pub mod eds;
+pub mod engines;
 pub mod extract;
 pub mod http;
 pub mod manifests;

@@ -71,6 +71,8 @@ pub struct ScrapeJob {
     pub key: EndpointKey,
     /// `address:port`, IPv6 bracketed.
     pub host_port: String,
+    /// The endpoint's labels (its engine label chooses the metric names).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Process-wide counters, shown by the admin `/metrics`.
@@ -307,6 +309,7 @@ impl Store {
                 ScrapeJob {
                     key: EndpointKey::of(&entry.endpoint),
                     host_port: entry.endpoint.host_port(),
+                    labels: entry.endpoint.labels.clone(),
                 }
             })
             .collect()

@@ -88,7 +88,8 @@ impl Drop for Scratch {
 pub struct Proc(Option<Child>);
 
 impl Proc {
-    fn spawn(command: &mut Command, log: &Path) -> Proc {
+    /// Starts `command` with its output in `log`.
+    pub fn spawn(command: &mut Command, log: &Path) -> Proc {
         let log = fs::File::create(log).expect("create log");
         let child = command
             .stdin(Stdio::null())

@@ -108,6 +108,7 @@ fn metrics_response(app: &App) -> Response<Body> {
     let snapshot = app.engine.snapshot();
     let pinned = *app.metrics_override();
     let text = Exposition {
+        names: app.metric_names,
         model: &app.model,
         config: app.engine.config(),
         lora_enabled: !app.adapters.is_empty(),

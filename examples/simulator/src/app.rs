@@ -8,7 +8,7 @@ use hyper::header::HeaderValue;
 use crate::cli::Cli;
 use crate::engine::Engine;
 use crate::errors::ApiError;
-use crate::metrics::MetricsOverride;
+use crate::metrics::{MetricNames, MetricsOverride};
 
 /// One simulated server.
 #[derive(Debug)]
@@ -25,6 +25,8 @@ pub struct App {
     pub default_max_tokens: u64,
     /// The scheduler.
     pub engine: Arc<Engine>,
+    /// Whose metric names `/metrics` uses.
+    pub metric_names: MetricNames,
     metrics_override: Mutex<MetricsOverride>,
 }
 
@@ -41,6 +43,7 @@ impl App {
             .ok_or_else(|| format!("instance name `{name}` is not a valid header value"))?;
         Ok(Arc::new(Self {
             model: cli.model.clone(),
+            metric_names: cli.engine,
             adapters: cli
                 .lora_modules
                 .iter()

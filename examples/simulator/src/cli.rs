@@ -6,6 +6,7 @@ use clap::Parser;
 
 use crate::engine::EngineConfig;
 use crate::latency::LatencyModel;
+use crate::metrics::MetricNames;
 
 /// A vLLM-compatible model-server simulator: OpenAI completions and chat
 /// endpoints, vLLM's Prometheus metrics, continuous batching, LoRA slots and a
@@ -20,6 +21,11 @@ pub struct Cli {
     /// Port to listen on (0 picks a free one; the listening line shows it).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
+
+    /// Whose metric names `/metrics` reports (the engine a scraper must be told about through
+    /// the endpoint label `llm-d.ai/engine-type`).
+    #[arg(long, value_enum, default_value_t = MetricNames::Vllm)]
+    pub engine: MetricNames,
 
     /// Name of the base model served (the `model` requests must name).
     #[arg(long, default_value = "meta-llama/Llama-3.1-8B-Instruct")]

@@ -1,5 +1,6 @@
 //! `GET /metrics`: the engine state in Prometheus text format, under vLLM's
-//! metric names, and the test override that pins some of the values.
+//! metric names (or SGLang's, with `--engine sglang`), and the test override that pins some of
+//! the values.
 
 use std::fmt::{Display, Write};
 
@@ -39,9 +40,70 @@ impl MetricsOverride {
     }
 }
 
+/// Whose metric names the exposition uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricNames {
+    /// vLLM's (`vllm:num_requests_waiting`, …).
+    #[default]
+    Vllm,
+    /// SGLang's (`sglang:num_queue_reqs`, …); SGLang reports no LoRA state.
+    Sglang,
+}
+
+/// The names of the families one engine reports.
+struct Names {
+    running: &'static str,
+    waiting: &'static str,
+    kv_usage: &'static str,
+    lora_info: Option<&'static str>,
+    cache_config: &'static str,
+    /// The `cache_config` labels for the block size and the number of blocks.
+    block_labels: (&'static str, &'static str),
+    prefix_queries: Option<&'static str>,
+    prefix_hits: Option<&'static str>,
+    request_success: &'static str,
+    prompt_tokens: &'static str,
+    generation_tokens: &'static str,
+}
+
+impl MetricNames {
+    fn names(self) -> Names {
+        match self {
+            MetricNames::Vllm => Names {
+                running: "vllm:num_requests_running",
+                waiting: "vllm:num_requests_waiting",
+                kv_usage: "vllm:kv_cache_usage_perc",
+                lora_info: Some("vllm:lora_requests_info"),
+                cache_config: "vllm:cache_config_info",
+                block_labels: ("block_size", "num_gpu_blocks"),
+                prefix_queries: Some("vllm:prefix_cache_queries_total"),
+                prefix_hits: Some("vllm:prefix_cache_hits_total"),
+                request_success: "vllm:request_success_total",
+                prompt_tokens: "vllm:prompt_tokens_total",
+                generation_tokens: "vllm:generation_tokens_total",
+            },
+            MetricNames::Sglang => Names {
+                running: "sglang:num_running_reqs",
+                waiting: "sglang:num_queue_reqs",
+                kv_usage: "sglang:token_usage",
+                lora_info: None,
+                cache_config: "sglang:cache_config_info",
+                block_labels: ("page_size", "num_pages"),
+                prefix_queries: None,
+                prefix_hits: None,
+                request_success: "sglang:num_requests_total",
+                prompt_tokens: "sglang:prompt_tokens_total",
+                generation_tokens: "sglang:generation_tokens_total",
+            },
+        }
+    }
+}
+
 /// What one exposition reports.
 #[derive(Debug)]
 pub struct Exposition<'a> {
+    /// Whose metric names to use.
+    pub names: MetricNames,
     /// The base model, the `model_name` label.
     pub model: &'a str,
     /// Block size, GPU blocks and LoRA slots.
@@ -61,6 +123,7 @@ impl Exposition<'_> {
     /// The Prometheus text.
     pub fn render(&self) -> String {
         let model = format!("model_name=\"{}\"", escape(self.model));
+        let names = self.names.names();
         let snapshot = self.snapshot;
         let totals = &snapshot.totals;
         let mut out = String::new();
@@ -68,19 +131,19 @@ impl Exposition<'_> {
             family(&mut out, name, "gauge", help, labels, value);
         };
         gauge(
-            "vllm:num_requests_running",
+            names.running,
             "Number of requests in model execution batches.",
             &model,
             &self.pinned.running.unwrap_or(snapshot.running as u64),
         );
         gauge(
-            "vllm:num_requests_waiting",
+            names.waiting,
             "Number of requests waiting to be processed.",
             &model,
             &self.pinned.waiting.unwrap_or(snapshot.waiting as u64),
         );
         gauge(
-            "vllm:kv_cache_usage_perc",
+            names.kv_usage,
             "KV-cache usage. 1 means 100 percent usage.",
             &model,
             &self
@@ -88,7 +151,7 @@ impl Exposition<'_> {
                 .kv_cache_usage
                 .unwrap_or(snapshot.kv_cache_usage),
         );
-        if self.lora_enabled {
+        if let (true, Some(lora_info)) = (self.lora_enabled, names.lora_info) {
             let labels = format!(
                 "max_lora=\"{}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\",{model}",
                 self.config.max_loras,
@@ -96,47 +159,50 @@ impl Exposition<'_> {
                 escape(&snapshot.waiting_adapters.join(",")),
             );
             gauge(
-                "vllm:lora_requests_info",
+                lora_info,
                 "Running stats on lora requests.",
                 &labels,
                 &self.now,
             );
         }
+        let (block_label, blocks_label) = names.block_labels;
         let labels = format!(
-            "block_size=\"{}\",num_gpu_blocks=\"{}\",{model}",
+            "{block_label}=\"{}\",{blocks_label}=\"{}\",{model}",
             self.config.block_size, self.config.num_gpu_blocks
         );
         gauge(
-            "vllm:cache_config_info",
+            names.cache_config,
             "Information of the LLMEngine CacheConfig.",
             &labels,
             &1,
         );
-        let mut counter = |name: &str, help: &str, value: u64| {
-            family(&mut out, name, "counter", help, &model, &value);
+        let mut counter = |name: Option<&str>, help: &str, value: u64| {
+            if let Some(name) = name {
+                family(&mut out, name, "counter", help, &model, &value);
+            }
         };
         counter(
-            "vllm:prefix_cache_queries_total",
+            names.prefix_queries,
             "Prefix cache queries, in terms of number of queried tokens.",
             totals.prompt_tokens_total,
         );
         counter(
-            "vllm:prefix_cache_hits_total",
+            names.prefix_hits,
             "Prefix cache hits, in terms of number of cached tokens.",
             totals.cached_prompt_tokens_total,
         );
         counter(
-            "vllm:request_success_total",
+            Some(names.request_success),
             "Count of successfully processed requests.",
             totals.request_success_total,
         );
         counter(
-            "vllm:prompt_tokens_total",
+            Some(names.prompt_tokens),
             "Number of prefill tokens processed.",
             totals.prompt_tokens_total,
         );
         counter(
-            "vllm:generation_tokens_total",
+            Some(names.generation_tokens),
             "Number of generation tokens processed.",
             totals.completion_tokens_total,
         );
@@ -204,6 +270,7 @@ mod tests {
 
     fn render(lora_enabled: bool, pinned: MetricsOverride) -> String {
         Exposition {
+            names: MetricNames::Vllm,
             model: "m",
             config: &config(),
             lora_enabled,
@@ -262,6 +329,34 @@ mod tests {
         let bad: MetricsOverride = serde_json::from_str(r#"{"kv_cache_usage": 1.5}"#).unwrap();
         assert!(bad.validated().is_err());
         assert!(serde_json::from_str::<MetricsOverride>(r#"{"queue": 1}"#).is_err());
+    }
+
+    #[test]
+    fn sglang_names() {
+        let text = Exposition {
+            names: MetricNames::Sglang,
+            model: "m",
+            config: &config(),
+            lora_enabled: true,
+            snapshot: &snapshot(),
+            pinned: &MetricsOverride::default(),
+            now: 1700000000.5,
+        }
+        .render();
+        for line in [
+            "sglang:num_queue_reqs{model_name=\"m\"} 3",
+            "sglang:num_running_reqs{model_name=\"m\"} 2",
+            "sglang:token_usage{model_name=\"m\"} 0.25",
+            "sglang:cache_config_info{page_size=\"16\",num_pages=\"2048\",model_name=\"m\"} 1",
+            "sglang:prompt_tokens_total{model_name=\"m\"} 100",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        assert!(!text.contains("vllm:"), "{text}");
+        assert!(
+            !text.contains("lora"),
+            "SGLang reports no LoRA state: {text}"
+        );
     }
 
     #[test]

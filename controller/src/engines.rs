@@ -1,0 +1,351 @@
+//! Model-server engines: which metric names carry the queue, running count, KV-cache usage, LoRA
+//! state and cache geometry, per engine, as upstream's core metrics extractor maps them.
+//!
+//! An endpoint's engine is the value of its label [`ENGINE_LABEL`] (or the legacy
+//! [`LEGACY_ENGINE_LABEL`]); without one, or with a name we do not know, it is [`DEFAULT_ENGINE`].
+
+use std::collections::BTreeMap;
+
+use crate::prometheus::Sample;
+
+/// The label naming an endpoint's engine.
+pub const ENGINE_LABEL: &str = "llm-d.ai/engine-type";
+
+/// The label's older name, read when the current one is absent.
+pub const LEGACY_ENGINE_LABEL: &str = "inference.networking.k8s.io/engine-type";
+
+/// The engine of an endpoint that names none.
+pub const DEFAULT_ENGINE: &str = "vllm";
+
+/// A PromQL-style series selector: a family name and label values every sample must carry,
+/// e.g. `nv_trt_llm_request_metrics{request_type="waiting"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selector {
+    /// The metric family.
+    pub name: String,
+    /// Required `label = value` pairs.
+    pub labels: Vec<(String, String)>,
+}
+
+impl Selector {
+    /// Parses `name` or `name{label="value",…}` (quotes optional).
+    pub fn parse(text: &str) -> Result<Selector, String> {
+        let text = text.trim();
+        let (name, rest) = match text.split_once('{') {
+            Some((name, rest)) => (name.trim(), Some(rest)),
+            None => (text, None),
+        };
+        let valid_name = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        if !valid_name {
+            return Err(format!(
+                "'{text}' is not a metric selector (name{{label=\"value\"}})"
+            ));
+        }
+        let mut labels = Vec::new();
+        if let Some(rest) = rest {
+            let inner = rest
+                .strip_suffix('}')
+                .ok_or_else(|| format!("'{text}': missing the closing brace"))?;
+            for pair in inner.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let (label, value) = pair
+                    .split_once('=')
+                    .ok_or_else(|| format!("'{text}': '{pair}' is not label=value"))?;
+                let value = value.trim().trim_matches('"');
+                labels.push((label.trim().to_string(), value.to_string()));
+            }
+        }
+        Ok(Selector {
+            name: name.to_string(),
+            labels,
+        })
+    }
+
+    /// Whether `sample` is one of the selected series.
+    pub fn matches(&self, sample: &Sample<'_>) -> bool {
+        sample.name == self.name
+            && self
+                .labels
+                .iter()
+                .all(|(label, value)| sample.label(label) == Some(value.as_str()))
+    }
+
+    fn of(text: &str) -> Selector {
+        Selector::parse(text).unwrap_or_else(|e| panic!("built-in selector: {e}"))
+    }
+}
+
+/// Where a number comes from: a selected series' value, or one of its labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field {
+    /// The value of the selected series.
+    Value(Selector),
+    /// A label of the selected series (e.g. `block_size` of `vllm:cache_config_info`).
+    Label(Selector, String),
+}
+
+impl Field {
+    /// The selector this field reads.
+    pub fn selector(&self) -> &Selector {
+        match self {
+            Field::Value(selector) | Field::Label(selector, _) => selector,
+        }
+    }
+}
+
+/// The LoRA information series: its selector and the labels holding the running and waiting
+/// adapters (comma lists) and the number of adapter slots. Its value is a timestamp; the newest
+/// series wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoraInfo {
+    /// The series.
+    pub selector: Selector,
+    /// Label with the running adapters.
+    pub running_label: String,
+    /// Label with the waiting adapters.
+    pub waiting_label: String,
+    /// Label with the number of adapter slots.
+    pub max_label: String,
+}
+
+/// How to read one engine's metrics. Each list is tried in order; the first selector with a
+/// series present is used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Engine {
+    /// The engine's name (the label value).
+    pub name: String,
+    /// Requests waiting; several series are summed.
+    pub waiting: Vec<Selector>,
+    /// Requests running; several series are summed.
+    pub running: Vec<Selector>,
+    /// KV-cache usage 0..1; the largest series is taken.
+    pub kv_usage: Vec<Selector>,
+    /// LoRA state, for engines that report it.
+    pub lora: Option<LoraInfo>,
+    /// Tokens per KV-cache block.
+    pub block_size: Option<Field>,
+    /// KV-cache blocks.
+    pub num_blocks: Option<Field>,
+}
+
+impl Engine {
+    /// Every metric family this engine reads (for servers that can filter their exposition).
+    pub fn families(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .waiting
+            .iter()
+            .chain(&self.running)
+            .chain(&self.kv_usage)
+            .chain(self.lora.iter().map(|l| &l.selector))
+            .chain(self.block_size.iter().map(Field::selector))
+            .chain(self.num_blocks.iter().map(Field::selector))
+            .map(|s| s.name.as_str())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+}
+
+/// The engines upstream maps out of the box: `vllm`, `sglang`, `trtllm-serve`,
+/// `triton-tensorrt-llm` and `triton`.
+pub fn built_in() -> Vec<Engine> {
+    let list = |names: &[&str]| names.iter().map(|n| Selector::of(n)).collect::<Vec<_>>();
+    let label =
+        |selector: &str, label: &str| Some(Field::Label(Selector::of(selector), label.into()));
+    let value = |selector: &str| Some(Field::Value(Selector::of(selector)));
+    let trt = "nv_trt_llm_kv_cache_block_metrics";
+    vec![
+        Engine {
+            name: "vllm".into(),
+            waiting: list(&["vllm:num_requests_waiting"]),
+            running: list(&["vllm:num_requests_running"]),
+            // The second is the name vLLM used before `kv_cache_usage_perc`.
+            kv_usage: list(&["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]),
+            lora: Some(LoraInfo {
+                selector: Selector::of("vllm:lora_requests_info"),
+                running_label: "running_lora_adapters".into(),
+                waiting_label: "waiting_lora_adapters".into(),
+                max_label: "max_lora".into(),
+            }),
+            block_size: label("vllm:cache_config_info", "block_size"),
+            num_blocks: label("vllm:cache_config_info", "num_gpu_blocks"),
+        },
+        Engine {
+            name: "sglang".into(),
+            waiting: list(&["sglang:num_queue_reqs"]),
+            running: list(&["sglang:num_running_reqs"]),
+            kv_usage: list(&["sglang:token_usage"]),
+            lora: None,
+            block_size: label("sglang:cache_config_info", "page_size"),
+            num_blocks: label("sglang:cache_config_info", "num_pages"),
+        },
+        Engine {
+            name: "trtllm-serve".into(),
+            waiting: list(&["trtllm_num_requests_waiting"]),
+            running: list(&["trtllm_num_requests_running"]),
+            kv_usage: list(&["trtllm_kv_cache_utilization"]),
+            lora: None,
+            block_size: value("trtllm_kv_cache_tokens_per_block"),
+            num_blocks: value("trtllm_kv_cache_max_blocks"),
+        },
+        Engine {
+            name: "triton-tensorrt-llm".into(),
+            waiting: list(&["nv_trt_llm_request_metrics{request_type=\"waiting\"}"]),
+            running: list(&["nv_trt_llm_request_metrics{request_type=\"scheduled\"}"]),
+            kv_usage: list(&[&format!("{trt}{{kv_cache_block_type=\"fraction\"}}")]),
+            lora: None,
+            block_size: value(&format!("{trt}{{kv_cache_block_type=\"tokens_per\"}}")),
+            num_blocks: value(&format!("{trt}{{kv_cache_block_type=\"max\"}}")),
+        },
+        Engine {
+            name: "triton".into(),
+            waiting: list(&["nv_inference_pending_request_count"]),
+            running: list(&["nv_inference_exec_count"]),
+            kv_usage: Vec::new(),
+            lora: None,
+            block_size: None,
+            num_blocks: None,
+        },
+    ]
+}
+
+/// The engines known to the controller, by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Engines {
+    by_name: BTreeMap<String, Engine>,
+}
+
+impl Default for Engines {
+    fn default() -> Self {
+        Engines::new(Vec::new())
+    }
+}
+
+impl Engines {
+    /// The built-in engines plus `custom` ones (a custom engine replaces a built-in one of the
+    /// same name).
+    pub fn new(custom: Vec<Engine>) -> Engines {
+        let by_name = built_in()
+            .into_iter()
+            .chain(custom)
+            .map(|engine| (engine.name.clone(), engine))
+            .collect();
+        Engines { by_name }
+    }
+
+    /// The engine for an endpoint with `labels`.
+    pub fn for_labels(&self, labels: &BTreeMap<String, String>) -> &Engine {
+        labels
+            .get(ENGINE_LABEL)
+            .or_else(|| labels.get(LEGACY_ENGINE_LABEL))
+            .and_then(|name| self.by_name.get(name))
+            .unwrap_or_else(|| self.default_engine())
+    }
+
+    /// The engine named `name`, if known.
+    pub fn get(&self, name: &str) -> Option<&Engine> {
+        self.by_name.get(name)
+    }
+
+    fn default_engine(&self) -> &Engine {
+        self.by_name
+            .get(DEFAULT_ENGINE)
+            .expect("the default engine is built in")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_parse_with_and_without_labels() {
+        assert_eq!(
+            Selector::parse("vllm:num_requests_waiting").unwrap(),
+            Selector {
+                name: "vllm:num_requests_waiting".into(),
+                labels: vec![]
+            }
+        );
+        let s = Selector::parse("m{request_type=\"waiting\", x=y}").unwrap();
+        assert_eq!(s.name, "m");
+        assert_eq!(
+            s.labels,
+            vec![
+                ("request_type".into(), "waiting".into()),
+                ("x".into(), "y".into())
+            ]
+        );
+        for bad in ["", "{a=b}", "m{a=b", "m{a}", "bad name"] {
+            assert!(Selector::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_engine_comes_from_the_label_then_the_legacy_label_then_the_default() {
+        let engines = Engines::default();
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(engines.for_labels(&labels(&[])).name, "vllm");
+        assert_eq!(
+            engines
+                .for_labels(&labels(&[(ENGINE_LABEL, "sglang")]))
+                .name,
+            "sglang"
+        );
+        assert_eq!(
+            engines
+                .for_labels(&labels(&[(LEGACY_ENGINE_LABEL, "triton")]))
+                .name,
+            "triton"
+        );
+        assert_eq!(
+            engines
+                .for_labels(&labels(&[
+                    (ENGINE_LABEL, "trtllm-serve"),
+                    (LEGACY_ENGINE_LABEL, "sglang")
+                ]))
+                .name,
+            "trtllm-serve"
+        );
+        assert_eq!(
+            engines
+                .for_labels(&labels(&[(ENGINE_LABEL, "unknown")]))
+                .name,
+            "vllm",
+            "an unknown engine falls back to the default"
+        );
+    }
+
+    #[test]
+    fn every_upstream_engine_is_built_in() {
+        let engines = Engines::default();
+        for name in [
+            "vllm",
+            "sglang",
+            "trtllm-serve",
+            "triton-tensorrt-llm",
+            "triton",
+        ] {
+            assert!(engines.get(name).is_some(), "{name}");
+        }
+        assert_eq!(
+            engines.get("vllm").unwrap().families(),
+            [
+                "vllm:cache_config_info",
+                "vllm:gpu_cache_usage_perc",
+                "vllm:kv_cache_usage_perc",
+                "vllm:lora_requests_info",
+                "vllm:num_requests_running",
+                "vllm:num_requests_waiting",
+            ]
+        );
+    }
+}
