@@ -112,6 +112,13 @@ impl Front {
         };
         assert!(
             wait_until(SEE, || front
+                .post("/v1/completions", &completion_body(MODEL, "warm-up", 1))
+                .status
+                != 503),
+            "the filter never got a snapshot"
+        );
+        assert!(
+            wait_until(SEE, || front
                 .endpoints()
                 .iter()
                 .all(|e| e["scrapes_ok"].as_u64().unwrap_or(0) > 0)),
@@ -202,10 +209,21 @@ fn prefix_counters() -> HashMap<String, (f64, f64)> {
 fn the_controller_reads_the_real_servers() {
     let front = Front::start("vllm-debug", None, None);
     for server in servers() {
+        // vLLM reports its LoRA slots once an adapter has been used.
+        let reply = post(
+            &format!("http://{server}/v1/completions"),
+            &completion_body("lora1", "hello", 2).to_string(),
+            &[],
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert!(
+            wait_until(SEE, || front.metrics_of(&server)["max_active_models"] == 2),
+            "{server}: no LoRA slots seen: {}",
+            front.metrics_of(&server)
+        );
         let metrics = front.metrics_of(&server);
         assert_eq!(metrics["block_size"], 128, "{server}: {metrics}");
         assert_eq!(metrics["num_gpu_blocks"], 64, "{server}: {metrics}");
-        assert_eq!(metrics["max_active_models"], 2, "{server}: {metrics}");
         assert!(metrics["kv_cache_usage"].is_number(), "{metrics}");
         assert!(metrics["waiting_queue_size"].is_number(), "{metrics}");
     }
