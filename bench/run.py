@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
 from bench import (controller_cost, inference_perf, overhead, replicas, routing,  # noqa: E402
-                   workers)
+                   vllm, workers)
 
 SECTIONS = {m.KEY: m for m in (routing, inference_perf, overhead, controller_cost, workers,
-                               replicas)}
+                               replicas, vllm)}
 # Printed first, in this order: the figures the project's claims rest on.
 HEADLINE = ("ttft_p90_roundrobin_over_epp", "throughput_epp_over_roundrobin",
             "added_p50_extproc_over_wasm_1kb", "added_p50_extproc_over_wasm_100kb",
