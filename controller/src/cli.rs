@@ -16,7 +16,6 @@ use crate::discovery::file::FileSource;
 use crate::discovery::kubernetes::KubeSource;
 use crate::discovery::Source;
 use crate::duration::parse_duration;
-use crate::engines::Engines;
 use crate::manifests::{self, ManifestSource, PoolSelector};
 use crate::peers::PeerSettings;
 use crate::scrape::ScrapeSettings;
@@ -310,7 +309,7 @@ impl Settings {
                 interval: cli.refresh_metrics_interval,
                 timeout: cli.scrape_timeout.min(cap),
                 path: cli.metrics_path,
-                engines: Engines::default(),
+                engines: config.engines,
                 failures_before_unready: cli.failed_scrapes_before_unready,
             },
             long_poll_max: cli.long_poll_max,

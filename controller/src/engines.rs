@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
+
 use crate::prometheus::Sample;
 
 /// The label naming an endpoint's engine.
@@ -212,35 +214,137 @@ pub fn built_in() -> Vec<Engine> {
     ]
 }
 
-/// The engines known to the controller, by name.
+/// One entry of the `core-metrics-extractor`'s `engineConfigs`, as upstream writes it: PromQL
+/// selectors for each field; an empty or absent one turns the field off. An entry replaces the
+/// engine of the same name whole.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EngineConfig {
+    /// The engine's name (the value of the engine label).
+    pub name: String,
+    /// Requests waiting.
+    #[serde(default)]
+    pub queued_requests_spec: String,
+    /// Requests running.
+    #[serde(default)]
+    pub running_requests_spec: String,
+    /// KV-cache usage, 0..1.
+    #[serde(default)]
+    pub kv_usage_spec: String,
+    /// LoRA information (labels `running_lora_adapters`, `waiting_lora_adapters`, `max_lora`;
+    /// the newest series wins).
+    #[serde(default)]
+    pub lora_spec: String,
+    /// Cache geometry (labels `block_size` and `num_gpu_blocks`).
+    #[serde(default)]
+    pub cache_info_spec: String,
+}
+
+impl EngineConfig {
+    /// The engine this entry describes; the error names the field.
+    pub fn compile(&self) -> Result<Engine, String> {
+        if self.name.trim().is_empty() {
+            return Err("name: must not be empty".into());
+        }
+        let one = |field: &str, spec: &str| -> Result<Option<Selector>, String> {
+            if spec.trim().is_empty() {
+                Ok(None)
+            } else {
+                Selector::parse(spec)
+                    .map(Some)
+                    .map_err(|e| format!("{field}: {e}"))
+            }
+        };
+        let cache = one("cacheInfoSpec", &self.cache_info_spec)?;
+        Ok(Engine {
+            name: self.name.clone(),
+            waiting: one("queuedRequestsSpec", &self.queued_requests_spec)?
+                .into_iter()
+                .collect(),
+            running: one("runningRequestsSpec", &self.running_requests_spec)?
+                .into_iter()
+                .collect(),
+            kv_usage: one("kvUsageSpec", &self.kv_usage_spec)?
+                .into_iter()
+                .collect(),
+            lora: one("loraSpec", &self.lora_spec)?.map(|selector| LoraInfo {
+                selector,
+                running_label: "running_lora_adapters".into(),
+                waiting_label: "waiting_lora_adapters".into(),
+                max_label: "max_lora".into(),
+            }),
+            block_size: cache.clone().map(|s| Field::Label(s, "block_size".into())),
+            num_blocks: cache.map(|s| Field::Label(s, "num_gpu_blocks".into())),
+        })
+    }
+}
+
+/// The engines known to the controller, by name, and how an endpoint names its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Engines {
     by_name: BTreeMap<String, Engine>,
+    /// The label naming an endpoint's engine.
+    label_key: String,
+    /// The engine of an endpoint whose label is absent or names no known engine.
+    default_engine: String,
 }
 
 impl Default for Engines {
     fn default() -> Self {
-        Engines::new(Vec::new())
+        Engines {
+            by_name: built_in()
+                .into_iter()
+                .map(|engine| (engine.name.clone(), engine))
+                .collect(),
+            label_key: ENGINE_LABEL.to_string(),
+            default_engine: DEFAULT_ENGINE.to_string(),
+        }
     }
 }
 
 impl Engines {
-    /// The built-in engines plus `custom` ones (a custom engine replaces a built-in one of the
-    /// same name).
-    pub fn new(custom: Vec<Engine>) -> Engines {
-        let by_name = built_in()
-            .into_iter()
-            .chain(custom)
-            .map(|engine| (engine.name.clone(), engine))
-            .collect();
-        Engines { by_name }
+    /// The built-in engines plus `custom` ones (each replaces a built-in one of the same name
+    /// whole), read from `label_key` (default [`ENGINE_LABEL`]), defaulting to `default_engine`
+    /// (default [`DEFAULT_ENGINE`]), which must be one of them.
+    pub fn configured(
+        label_key: Option<String>,
+        default_engine: Option<String>,
+        custom: Vec<Engine>,
+    ) -> Result<Engines, String> {
+        let mut engines = Engines::default();
+        for engine in custom {
+            engines.by_name.insert(engine.name.clone(), engine);
+        }
+        if let Some(key) = label_key.filter(|k| !k.trim().is_empty()) {
+            engines.label_key = key;
+        }
+        if let Some(name) = default_engine.filter(|n| !n.trim().is_empty()) {
+            if !engines.by_name.contains_key(&name) {
+                return Err(format!(
+                    "defaultEngine: unknown engine {name:?} (known: {})",
+                    engines
+                        .by_name
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            engines.default_engine = name;
+        }
+        Ok(engines)
     }
 
-    /// The engine for an endpoint with `labels`.
+    /// The engine for an endpoint with `labels`. With the default label key, the legacy
+    /// [`LEGACY_ENGINE_LABEL`] is read when the current one is absent.
     pub fn for_labels(&self, labels: &BTreeMap<String, String>) -> &Engine {
         labels
-            .get(ENGINE_LABEL)
-            .or_else(|| labels.get(LEGACY_ENGINE_LABEL))
+            .get(&self.label_key)
+            .or_else(|| {
+                (self.label_key == ENGINE_LABEL)
+                    .then(|| labels.get(LEGACY_ENGINE_LABEL))
+                    .flatten()
+            })
             .and_then(|name| self.by_name.get(name))
             .unwrap_or_else(|| self.default_engine())
     }
@@ -252,8 +356,8 @@ impl Engines {
 
     fn default_engine(&self) -> &Engine {
         self.by_name
-            .get(DEFAULT_ENGINE)
-            .expect("the default engine is built in")
+            .get(&self.default_engine)
+            .expect("the default engine is checked when configured")
     }
 }
 
@@ -347,5 +451,49 @@ mod tests {
                 "vllm:num_requests_waiting",
             ]
         );
+    }
+
+    #[test]
+    fn custom_engines_replace_or_add_and_can_be_the_default() {
+        let yaml = "- name: atom\n  queuedRequestsSpec: atom:waiting\n  runningRequestsSpec: atom:running\n  kvUsageSpec: atom:kv\n  cacheInfoSpec: atom:cache\n\
+                    - name: vllm\n  queuedRequestsSpec: vllm:num_requests_waiting\n  loraSpec: ''\n";
+        let configs: Vec<EngineConfig> = serde_yaml::from_str(yaml).unwrap();
+        let custom: Vec<Engine> = configs.iter().map(|c| c.compile().unwrap()).collect();
+        let engines =
+            Engines::configured(Some("engine".into()), Some("atom".into()), custom).unwrap();
+        let none = BTreeMap::new();
+        let atom = engines.for_labels(&none);
+        assert_eq!(atom.name, "atom");
+        assert_eq!(
+            atom.families(),
+            ["atom:cache", "atom:kv", "atom:running", "atom:waiting"]
+        );
+        let vllm = engines
+            .for_labels(&BTreeMap::from([(
+                "engine".to_string(),
+                "vllm".to_string(),
+            )]))
+            .clone();
+        assert_eq!(vllm.lora, None, "replaced whole: LoRA off");
+        assert!(vllm.running.is_empty());
+        assert_eq!(
+            engines
+                .for_labels(&BTreeMap::from([(
+                    ENGINE_LABEL.to_string(),
+                    "sglang".to_string()
+                )]))
+                .name,
+            "atom",
+            "another label key is not read"
+        );
+        let err = Engines::configured(None, Some("nope".into()), vec![]).unwrap_err();
+        assert!(
+            err.starts_with("defaultEngine: unknown engine \"nope\""),
+            "{err}"
+        );
+        let bad: Vec<EngineConfig> =
+            serde_yaml::from_str("- name: x\n  kvUsageSpec: 'a{b'\n").unwrap();
+        assert!(bad[0].compile().unwrap_err().starts_with("kvUsageSpec:"));
+        assert!(serde_yaml::from_str::<Vec<EngineConfig>>("- name: x\n  queueSpec: a\n").is_err());
     }
 }

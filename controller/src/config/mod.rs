@@ -18,6 +18,7 @@ use wasm_epp::scheduler::profile::{
 };
 
 use crate::discovery::Source;
+use crate::engines::Engines;
 use plugins::{Plugin, Role};
 
 /// The current config `apiVersion`.
@@ -37,6 +38,8 @@ pub struct PickerConfig {
     pub profile: Profile,
     /// `dataLayer.discovery`, when set.
     pub discovery: Option<Source>,
+    /// The engines' metric names (`core-metrics-extractor`'s `engineConfigs`).
+    pub engines: Engines,
     /// Things accepted but worth telling the user (ignored settings, deprecated names).
     pub warnings: Vec<String>,
 }
@@ -47,6 +50,7 @@ impl Default for PickerConfig {
         PickerConfig {
             profile: Profile::default(),
             discovery: None,
+            engines: Engines::default(),
             warnings: Vec::new(),
         }
     }
@@ -319,6 +323,35 @@ impl Registry {
         }
     }
 
+    /// The engines of the plugin named `name`, which must be a `core-metrics-extractor`.
+    fn resolve_extractor(&self, at: &str, name: &str) -> Result<&Engines, String> {
+        let named = self.resolve(at, name)?;
+        match &named.plugin {
+            Plugin::Extractor(engines) => Ok(engines),
+            _ => Err(format!(
+                "{at}: plugin {name:?} has type {:?}; expected an extractor (core-metrics-extractor)",
+                named.plugin_type
+            )),
+        }
+    }
+
+    /// The engines of the config: those of its `core-metrics-extractor` (one at most with
+    /// settings of its own), or the built-in ones.
+    fn engines(&self) -> Result<Engines, String> {
+        let mut configured = self.plugins.iter().filter_map(|named| match &named.plugin {
+            Plugin::Extractor(engines) if *engines != Engines::default() => Some((named, engines)),
+            _ => None,
+        });
+        match (configured.next(), configured.next()) {
+            (Some(_), Some((second, _))) => Err(format!(
+                "plugins: {:?} is a second core-metrics-extractor with its own engines; wasm-epp reads every endpoint with one",
+                second.name
+            )),
+            (Some((_, engines)), None) => Ok(engines.clone()),
+            (None, _) => Ok(Engines::default()),
+        }
+    }
+
     /// The plugin named `name`, which must be an inherent plugin with `role`.
     fn resolve_role(&self, at: &str, name: &str, role: Role, expected: &str) -> Result<(), String> {
         let named = self.resolve(at, name)?;
@@ -420,9 +453,11 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, String> {
         )?;
         warnings.push("parser: deprecated; use requestHandler.parsers".to_string());
     }
+    let engines = registry.engines()?;
     Ok(PickerConfig {
         profile,
         discovery,
+        engines,
         warnings,
     })
 }
@@ -674,11 +709,9 @@ fn check_data_layer(raw: RawDataLayer, registry: &Registry) -> Result<Option<Sou
             "a data source (metrics-data-source)",
         )?;
         for (j, extractor) in source.extractors.iter().enumerate() {
-            registry.resolve_role(
+            registry.resolve_extractor(
                 &format!("dataLayer.sources[{i}].extractors[{j}].pluginRef"),
                 &extractor.plugin_ref,
-                Role::Extractor,
-                "an extractor (core-metrics-extractor)",
             )?;
         }
     }
@@ -731,6 +764,38 @@ mod tests {
             ]
         );
         assert_eq!(config.discovery, None);
+    }
+
+    #[test]
+    fn the_metrics_extractor_takes_upstream_engine_configs() {
+        let config = compile_yaml(
+            "plugins:\n\
+             - type: metrics-data-source\n\
+             - name: extractor\n  type: core-metrics-extractor\n  parameters:\n    defaultEngine: atom\n    engineConfigs:\n\
+             \x20   - name: atom\n      queuedRequestsSpec: atom:waiting\n      kvUsageSpec: atom:kv\n\
+             dataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors:\n    - pluginRef: extractor\n",
+        )
+        .unwrap();
+        let atom = config.engines.for_labels(&Default::default());
+        assert_eq!(atom.name, "atom");
+        assert_eq!(atom.families(), ["atom:kv", "atom:waiting"]);
+
+        let err = compile_yaml(
+            "plugins:\n- type: core-metrics-extractor\n  parameters: {defaultEngine: nope}\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.starts_with("plugins[0].parameters.defaultEngine: unknown engine \"nope\""),
+            "{err}"
+        );
+        let err = compile_yaml(
+            "plugins:\n- type: core-metrics-extractor\n  parameters:\n    engineConfigs: [{name: x, kvUsageSpec: 'a{'}]\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.starts_with("plugins[0].parameters.engineConfigs[0].kvUsageSpec:"),
+            "{err}"
+        );
     }
 
     #[test]

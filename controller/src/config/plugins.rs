@@ -11,6 +11,7 @@ use wasm_epp::scheduler::scorers::session_affinity_scorer::TOKEN_HEADER as SESSI
 use super::selector;
 use crate::discovery::file::FileSource;
 use crate::duration::parse_duration;
+use crate::engines::{EngineConfig, Engines};
 
 /// A built plugin instance.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +32,8 @@ pub(crate) enum Plugin {
     Detector(UtilizationParams),
     /// `file-discovery`.
     Discovery(FileSource),
+    /// `core-metrics-extractor`: the engines whose metric names it reads.
+    Extractor(Engines),
     /// A plugin whose behaviour wasm-epp has built in; configuring it changes nothing.
     Inherent(Role),
 }
@@ -40,8 +43,6 @@ pub(crate) enum Plugin {
 pub(crate) enum Role {
     /// `metrics-data-source`.
     DataSource,
-    /// `core-metrics-extractor`.
-    Extractor,
     /// `single-profile-handler`.
     ProfileHandler,
     /// `token-producer`.
@@ -231,7 +232,10 @@ pub(crate) fn build(
         )?),
         "file-discovery" => file_discovery(&params(&["path", "watchFile"], &[])?),
         "metrics-data-source" => inherent(Role::DataSource, warnings),
-        "core-metrics-extractor" => inherent(Role::Extractor, warnings),
+        "core-metrics-extractor" => metrics_extractor(&params(
+            &["engineLabelKey", "defaultEngine", "engineConfigs"],
+            &[],
+        )?),
         "single-profile-handler" => inherent(Role::ProfileHandler, warnings),
         "token-producer" => inherent(Role::DataProducer, warnings),
         "openai-parser" | "passthrough-parser" => inherent(Role::Parser, warnings),
@@ -389,6 +393,27 @@ fn file_discovery(params: &Params<'_>) -> Result<Plugin, String> {
         path: path.into(),
         watch: params.get("watchFile")?.unwrap_or(false),
     }))
+}
+
+/// `core-metrics-extractor`: upstream's engine label key, default engine and `engineConfigs`.
+fn metrics_extractor(params: &Params<'_>) -> Result<Plugin, String> {
+    let configs: Vec<EngineConfig> = params.get("engineConfigs")?.unwrap_or_default();
+    let engines = configs
+        .iter()
+        .enumerate()
+        .map(|(i, config)| {
+            config
+                .compile()
+                .map_err(|e| format!("{}.engineConfigs[{i}].{e}", params.at))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Engines::configured(
+        params.get("engineLabelKey")?,
+        params.get("defaultEngine")?,
+        engines,
+    )
+    .map(Plugin::Extractor)
+    .map_err(|e| format!("{}.{e}", params.at))
 }
 
 fn is_empty(value: &Value) -> bool {

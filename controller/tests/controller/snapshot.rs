@@ -169,3 +169,41 @@ fn the_config_file_sets_the_profile_and_discovery() {
         "the first snapshot lists the pool"
     );
 }
+
+#[test]
+fn a_custom_engine_of_the_config_is_scraped_by_its_names() {
+    // A server that speaks neither vLLM's nor any built-in engine's names, described by the
+    // config's `core-metrics-extractor` and made the default engine.
+    let server = FakeServer::start(
+        "# TYPE atom:waiting gauge\natom:waiting{model=\"m\"} 6\n\
+         atom:running 2\natom:kv 0.4\n\
+         atom:cache{block_size=\"32\",num_gpu_blocks=\"77\"} 1\n",
+    );
+    let dir = temp_dir("custom-engine");
+    let file = dir.join("endpoints.yaml");
+    write_endpoints(&file, &[("a", server.port)]);
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
+             - type: file-discovery\n  parameters: {{path: {}}}\n\
+             - type: core-metrics-extractor\n  parameters:\n    defaultEngine: atom\n    engineConfigs:\n\
+             \x20   - name: atom\n      queuedRequestsSpec: atom:waiting\n      runningRequestsSpec: atom:running\n\
+             \x20     kvUsageSpec: atom:kv\n      cacheInfoSpec: atom:cache\n\
+             dataLayer:\n  discovery: {{pluginRef: file-discovery}}\n",
+            file.display()
+        ),
+    )
+    .unwrap();
+    let controller = Controller::start(&["--config-file", config.to_str().unwrap()]);
+    let snapshot = controller.wait_for_snapshot("the custom engine's metrics", |s| {
+        endpoint(s, "test/a").is_some_and(|e| !e["metrics"]["updated_unix_ms"].is_null())
+    });
+    let metrics = &endpoint(&snapshot, "test/a").unwrap()["metrics"];
+    assert_eq!(metrics["waiting_queue_size"], 6);
+    assert_eq!(metrics["running_requests_size"], 2);
+    assert_eq!(metrics["kv_cache_usage"], 0.4);
+    assert_eq!(metrics["block_size"], 32);
+    assert_eq!(metrics["num_gpu_blocks"], 77);
+}
