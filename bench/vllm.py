@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -189,6 +190,50 @@ def scrape_cost(ctx: common.Ctx, procs: common.Procs, servers: list[Server],
             "filtered_bytes": filtered_bytes}
 
 
+def _complete(server: Server, prompt: str, max_tokens: int) -> tuple[float, dict]:
+    """One completion to `server`; (seconds, usage)."""
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True}
+    start = time.monotonic()
+    status, raw = common.http_request(f"{server.url}/v1/completions", method="POST", body=body,
+                                      timeout=120)
+    elapsed = time.monotonic() - start
+    if status != 200:
+        raise RuntimeError(f"vLLM answered {status}: {raw[:300]!r}")
+    return elapsed, json.loads(raw)["usage"]
+
+
+def cost_model(servers: list[Server]) -> dict:
+    """The real server's latency in the simulator's terms: time to first token against uncached
+    prompt length, with a cached prefix, time per output token alone and with 7 others running.
+    Fresh prompts each time (a random tag first); one server, nothing else running on it."""
+    server = servers[0]
+    words = (common.REPO / "README.md").read_text().split()
+    tag = f"calibration {time.time_ns()}"
+
+    def prompt(n_words: int, salt: str) -> str:
+        return f"{tag} {salt} " + " ".join(words[i % len(words)] for i in range(n_words))
+
+    ttft = []
+    for n in (50, 500, 1000, 2000):
+        seconds, usage = _complete(server, prompt(n, f"len{n}"), 1)
+        ttft.append({"prompt_tokens": usage["prompt_tokens"], "ms": seconds * 1000})
+    long_prompt = prompt(2000, "cached")
+    cold, usage = _complete(server, long_prompt, 1)
+    warm, _ = _complete(server, long_prompt + " again", 1)
+    one, _ = _complete(server, prompt(20, "itl"), 1)
+    many, _ = _complete(server, prompt(20, "itl-long"), 201)
+    itl_ms = (many - one) / 200 * 1000
+    with ThreadPoolExecutor(8) as pool:
+        batch = list(pool.map(lambda i: _complete(server, prompt(20, f"batch{i}"), 201)[0],
+                              range(8)))
+    itl_batch_ms = (sum(batch) / len(batch) - one) / 200 * 1000
+    return {"ttft_by_length": ttft,
+            "cached_prefix": {"prompt_tokens": usage["prompt_tokens"], "cold_ms": cold * 1000,
+                              "warm_ms": warm * 1000},
+            "itl_ms": itl_ms, "itl_with_8_running_ms": itl_batch_ms}
+
+
 def measure(ctx: common.Ctx) -> dict:
     """Both policies over the two servers, then the scrape cost; {"skipped": why} without vLLM."""
     install = subprocess.run(["bash", str(TOOLS)], capture_output=True, text=True)
@@ -218,6 +263,7 @@ def measure(ctx: common.Ctx) -> dict:
             for key, step in results["policies"].items():
                 print(f"  vllm {key}: hit {step['vllm_prefix_hit_rate']:.0%}, server TTFT p90 "
                       f"{common.fmt(step['vllm_ttft_p90_ms'])} ms", flush=True)
+            results["cost_model"] = cost_model(servers)
             results["scrape"] = scrape_cost(ctx, procs, servers, pids)
             return results
         finally:
@@ -244,6 +290,15 @@ def run(ctx: common.Ctx) -> common.Section:
     table = common.md_table(["policy", "ok", "vLLM prefix hit", "vLLM TTFT p90 (ms)",
                              "client TTFT p50 (ms)", "client TTFT p90 (ms)", "out tok/s"], rows)
     scrape = results["scrape"]
+    cost = results["cost_model"]
+    cost_text = (
+        "time to first token " + ", ".join(f"{c['ms']:.0f} ms at {c['prompt_tokens']} tokens"
+                                           for c in cost["ttft_by_length"])
+        + f"; a {cost['cached_prefix']['prompt_tokens']}-token prompt "
+        f"{cost['cached_prefix']['cold_ms']:.0f} ms cold, "
+        f"{cost['cached_prefix']['warm_ms']:.0f} ms with its prefix cached; "
+        f"{cost['itl_ms']:.1f} ms per output token alone, {cost['itl_with_8_running_ms']:.1f} ms "
+        "with 8 running.")
     listed = ", ".join(f"`{k}` {common.fmt(v, 2)}" for k, v in section_ratios.items())
     markdown = f"""\
 Two real vLLM 0.32 servers (CPU, the tiny local model of `scripts/vllm-tools.sh`, 64 KV blocks
@@ -262,6 +317,11 @@ all its processes): nobody scraping {scrape['idle_pct']:.1f} %; the controller s
 50 ms {scrape['controller_filtered_pct']:.1f} % (it asks `/metrics/?name[]=…` for its six
 families: {scrape['filtered_bytes']} bytes); a client fetching the whole `/metrics`
 ({scrape['full_bytes']} bytes) every 50 ms {scrape['full_metrics_every_50ms_pct']:.1f} %.
+
+The real server in the simulator's terms (one server, nothing else running; `vllm-sim`'s
+for comparison, its defaults: 5 ms + 0.02 ms per uncached prompt token to the first token, 4 ms per
+output token, +5 % per other running request): {cost_text}
+
 What this does not show: a GPU server (the model here is tiny, so prefill is cheap and the hit
 rate matters less for TTFT than it would), or more than two servers.
 """
