@@ -19,6 +19,7 @@ import platform
 import re
 import signal
 import socket
+import string
 import subprocess
 import time
 import urllib.error
@@ -387,40 +388,14 @@ def start_envoy(ctx: Ctx, procs: Procs, config_text: str, admin_port: int, port:
 
 def plain_envoy_config(admin_port: int, port: int, sims: Sequence[Sim],
                        lb_policy: str = "ROUND_ROBIN") -> str:
-    """Envoy without a picker: a listener proxying to a STATIC cluster of `sims` with
-    `lb_policy` (ROUND_ROBIN or LEAST_REQUEST)."""
+    """Envoy without a picker (`envoy/plain.yaml.template`): a listener proxying to a STATIC
+    cluster of `sims` with `lb_policy` (ROUND_ROBIN or LEAST_REQUEST)."""
     endpoints = "\n".join(
         f"        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, "
         f"port_value: {s.port} }} }} }}" for s in sims)
-    return f"""\
-admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }} }} }}
-static_resources:
-  listeners:
-  - address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: plain
-          stream_idle_timeout: 600s
-          route_config:
-            virtual_hosts:
-            - {{ name: all, domains: ["*"], routes: [ {{ match: {{ prefix: "/" }}, route: {{ cluster: pool, timeout: 600s }} }} ] }}
-          http_filters:
-          - {{ name: envoy.filters.http.router, typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }} }}
-  clusters:
-  - name: pool
-    type: STATIC
-    lb_policy: {lb_policy}
-    connect_timeout: 2s
-    circuit_breakers: {{ thresholds: [ {{ max_connections: 100000, max_pending_requests: 100000, max_requests: 100000 }} ] }}
-    load_assignment:
-      cluster_name: pool
-      endpoints:
-      - lb_endpoints:
-{endpoints}
-"""
+    template = string.Template((REPO / "envoy" / "plain.yaml.template").read_text())
+    return template.substitute(ADMIN_PORT=admin_port, PORT=port, LB_POLICY=lb_policy,
+                               ENDPOINTS=endpoints)
 
 
 def _replace_once(text: str, old: str, new: str) -> str:

@@ -346,33 +346,13 @@ fn round_robin_envoy(scratch: &Scratch) -> (Proc, String) {
             )
         })
         .collect();
-    let config = format!(
-        r#"admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }} }}
-static_resources:
-  listeners:
-  - address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: rr
-          route_config:
-            virtual_hosts:
-            - {{ name: all, domains: ["*"], routes: [ {{ match: {{ prefix: "/" }}, route: {{ cluster: pool, timeout: 600s }} }} ] }}
-          http_filters:
-          - {{ name: envoy.filters.http.router, typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }} }}
-  clusters:
-  - name: pool
-    type: STATIC
-    lb_policy: ROUND_ROBIN
-    connect_timeout: 2s
-    load_assignment:
-      cluster_name: pool
-      endpoints:
-      - lb_endpoints:
-{endpoints}"#
-    );
+    let template = fs::read_to_string(repo().join("envoy/plain.yaml.template"))
+        .expect("envoy/plain.yaml.template");
+    let config = template
+        .replace("${ADMIN_PORT}", &admin.to_string())
+        .replace("${PORT}", &port.to_string())
+        .replace("${LB_POLICY}", "ROUND_ROBIN")
+        .replace("${ENDPOINTS}", endpoints.trim_end());
     let path = scratch.path("round-robin.yaml");
     fs::write(&path, config).expect("write the round-robin config");
     let proc = Proc::spawn(

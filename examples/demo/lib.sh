@@ -43,40 +43,21 @@ wait_http() {
   fail "$what did not come up ($url)"
 }
 
-# Writes to stdout an Envoy config with no picker: admin on $1, a listener on $2 proxying to a
-# round-robin cluster of the model servers on 127.0.0.1 ports $3….
+# Writes to stdout an Envoy config with no picker (the template envoy/plain.yaml.template, run
+# from the repository root): admin on $1, a listener on $2 proxying to a round-robin cluster of
+# the model servers on 127.0.0.1 ports $3….
 plain_envoy_config() {
-  local admin=$1 listen=$2
+  local admin=$1 listen=$2 text endpoints=""
   shift 2
-  cat <<YAML
-admin: { address: { socket_address: { address: 127.0.0.1, port_value: $admin } } }
-static_resources:
-  listeners:
-  - address: { socket_address: { address: 127.0.0.1, port_value: $listen } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: plain
-          route_config:
-            virtual_hosts:
-            - { name: all, domains: ["*"], routes: [ { match: { prefix: "/" }, route: { cluster: pool, timeout: 600s } } ] }
-          http_filters:
-          - { name: envoy.filters.http.router, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router } }
-  clusters:
-  - name: pool
-    type: STATIC
-    lb_policy: ROUND_ROBIN
-    connect_timeout: 2s
-    # The same deliberate limits as envoy/envoy.yaml (Envoy's defaults queue request 1,025).
-    circuit_breakers: { thresholds: [ { max_connections: 50000, max_pending_requests: 50000, max_requests: 50000, max_retries: 1000 } ] }
-    load_assignment:
-      cluster_name: pool
-      endpoints:
-      - lb_endpoints:
-YAML
   for port in "$@"; do
-    echo "        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $port } } }"
+    endpoints+="        - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $port } } }"$'\n'
   done
+  text=$(<envoy/plain.yaml.template)
+  # The placeholders are literal text, hence the single quotes.
+  # shellcheck disable=SC2016
+  text=${text//'${ADMIN_PORT}'/$admin}
+  text=${text//'${PORT}'/$listen}
+  text=${text//'${LB_POLICY}'/ROUND_ROBIN}
+  text=${text//'${ENDPOINTS}'/${endpoints%$'\n'}}
+  printf '%s\n' "$text"
 }

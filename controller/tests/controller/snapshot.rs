@@ -135,27 +135,17 @@ fn a_long_poll_with_nothing_new_answers_304_at_the_deadline() {
 #[test]
 fn the_config_file_sets_the_profile_and_discovery() {
     let server = FakeServer::start(&vllm_metrics(0, 0, 0.0));
-    let dir = temp_dir("config");
-    let file = dir.join("endpoints.yaml");
-    write_endpoints(&file, &[("a", server.port)]);
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "apiVersion: llm-d.ai/v1alpha1\n\
-             kind: EndpointPickerConfig\n\
-             plugins:\n\
-             - type: queue-scorer\n\
-             - name: picker\n  type: max-score-picker\n  parameters: {{maxNumOfEndpoints: 2}}\n\
-             - name: files\n  type: file-discovery\n  parameters: {{path: {}}}\n\
-             schedulingProfiles:\n\
-             - name: only\n  plugins:\n  - pluginRef: queue-scorer\n    weight: 4\n  - pluginRef: picker\n\
-             dataLayer:\n  discovery: {{pluginRef: files}}\n",
-            file.display()
-        ),
-    )
-    .unwrap();
-    let controller = Controller::start(&["--config-file", config.to_str().unwrap()]);
+    let controller = start_with_config(
+        "config",
+        &server,
+        "plugins:\n\
+         - type: queue-scorer\n\
+         - name: picker\n  type: max-score-picker\n  parameters: {maxNumOfEndpoints: 2}\n\
+         - name: files\n  type: file-discovery\n  parameters: {path: {ENDPOINTS}}\n\
+         schedulingProfiles:\n\
+         - name: only\n  plugins:\n  - pluginRef: queue-scorer\n    weight: 4\n  - pluginRef: picker\n\
+         dataLayer:\n  discovery: {pluginRef: files}\n",
+    );
     let snapshot = controller.snapshot();
     let profile = &snapshot["profile"];
     assert_eq!(profile["name"], "only");
@@ -179,24 +169,16 @@ fn a_custom_engine_of_the_config_is_scraped_by_its_names() {
          atom:running 2\natom:kv 0.4\n\
          atom:cache{block_size=\"32\",num_gpu_blocks=\"77\"} 1\n",
     );
-    let dir = temp_dir("custom-engine");
-    let file = dir.join("endpoints.yaml");
-    write_endpoints(&file, &[("a", server.port)]);
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
-             - type: file-discovery\n  parameters: {{path: {}}}\n\
-             - type: core-metrics-extractor\n  parameters:\n    defaultEngine: atom\n    engineConfigs:\n\
-             \x20   - name: atom\n      queuedRequestsSpec: atom:waiting\n      runningRequestsSpec: atom:running\n\
-             \x20     kvUsageSpec: atom:kv\n      cacheInfoSpec: atom:cache\n\
-             dataLayer:\n  discovery: {{pluginRef: file-discovery}}\n",
-            file.display()
-        ),
-    )
-    .unwrap();
-    let controller = Controller::start(&["--config-file", config.to_str().unwrap()]);
+    let controller = start_with_config(
+        "custom-engine",
+        &server,
+        "plugins:\n\
+         - type: file-discovery\n  parameters: {path: {ENDPOINTS}}\n\
+         - type: core-metrics-extractor\n  parameters:\n    defaultEngine: atom\n    engineConfigs:\n\
+         \x20   - name: atom\n      queuedRequestsSpec: atom:waiting\n      runningRequestsSpec: atom:running\n\
+         \x20     kvUsageSpec: atom:kv\n      cacheInfoSpec: atom:cache\n\
+         dataLayer:\n  discovery: {pluginRef: file-discovery}\n",
+    );
     let snapshot = controller.wait_for_snapshot("the custom engine's metrics", |s| {
         endpoint(s, "test/a").is_some_and(|e| !e["metrics"]["updated_unix_ms"].is_null())
     });
@@ -206,4 +188,22 @@ fn a_custom_engine_of_the_config_is_scraped_by_its_names() {
     assert_eq!(metrics["kv_cache_usage"], 0.4);
     assert_eq!(metrics["block_size"], 32);
     assert_eq!(metrics["num_gpu_blocks"], 77);
+}
+
+/// Starts the controller with an EndpointPickerConfig of `body` (what follows its `apiVersion`
+/// and `kind`), where `{ENDPOINTS}` is an endpoints file listing `server` as `test/a`.
+fn start_with_config(test: &str, server: &FakeServer, body: &str) -> Controller {
+    let dir = temp_dir(test);
+    let file = dir.join("endpoints.yaml");
+    write_endpoints(&file, &[("a", server.port)]);
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n{}",
+            body.replace("{ENDPOINTS}", &file.display().to_string())
+        ),
+    )
+    .unwrap();
+    Controller::start(&["--config-file", config.to_str().unwrap()])
 }
