@@ -467,6 +467,14 @@ fn a_new_config_reaches_a_running_envoy() {
             == Some("a")),
         "the new profile never reached Envoy"
     );
+    // Same controller, its config file changed under it: reloaded, no restart.
+    write_config(false);
+    assert!(
+        wait_until(Duration::from_secs(10), || sticky_instance(&envoy, 5)
+            .as_deref()
+            == Some("b")),
+        "the reloaded config never reached Envoy"
+    );
 }
 
 /// Host calls per finished request, from the filter's two counters, over `requests` requests

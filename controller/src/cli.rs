@@ -16,6 +16,7 @@ use crate::discovery::file::FileSource;
 use crate::discovery::kubernetes::KubeSource;
 use crate::discovery::Source;
 use crate::duration::parse_duration;
+use crate::engines::Engines;
 use crate::manifests::{self, ManifestSource, PoolSelector};
 use crate::peers::PeerSettings;
 use crate::scrape::ScrapeSettings;
@@ -126,6 +127,10 @@ fn host_port(text: &str) -> Result<String, String> {
 pub struct Settings {
     /// The compiled scheduling profile.
     pub profile: Profile,
+    /// The engines' metric names.
+    pub engines: Engines,
+    /// The config file to watch for changes, with the discovery it configured at start-up.
+    pub config_file: Option<(PathBuf, Option<Source>)>,
     /// Where endpoints come from.
     pub source: Source,
     /// The endpoints the source listed at startup.
@@ -231,6 +236,10 @@ impl Settings {
                 .map_err(|e| StartupError::in_file(path.display().to_string(), e))?,
             None => PickerConfig::default(),
         };
+        let config_file = cli
+            .config_file
+            .clone()
+            .map(|path| (path, config.discovery.clone()));
         let source = match (cli.endpoints_file, config.discovery) {
             (Some(_), Some(_)) => {
                 return Err(StartupError::in_file(
@@ -301,6 +310,8 @@ impl Settings {
         let cap = cli.refresh_metrics_interval * TIMEOUT_INTERVALS;
         Ok(Settings {
             profile: config.profile,
+            engines: config.engines,
+            config_file,
             source,
             endpoints,
             listen: cli.listen,
@@ -309,7 +320,6 @@ impl Settings {
                 interval: cli.refresh_metrics_interval,
                 timeout: cli.scrape_timeout.min(cap),
                 path: cli.metrics_path,
-                engines: config.engines,
                 failures_before_unready: cli.failed_scrapes_before_unready,
             },
             long_poll_max: cli.long_poll_max,

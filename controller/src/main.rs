@@ -106,9 +106,10 @@ async fn run(settings: Settings) -> Result<(), Failure> {
         );
     }
     let store = Arc::new(
-        Store::with_manifests(settings.profile, settings.endpoints, manifests)
+        Store::with_manifests(settings.profile.clone(), settings.endpoints, manifests)
             .unready_after(settings.scrape.failures_before_unready),
     );
+    store.set_config(settings.profile, settings.engines);
     let instance = store.current().snapshot.instance.clone();
     let relay = settings
         .peers
@@ -139,6 +140,13 @@ async fn run(settings: Settings) -> Result<(), Failure> {
     ];
     if let Some(relay) = relay {
         tasks.push(tokio::spawn(peers::run(settings.peers, instance, relay)));
+    }
+    if let Some((path, discovery)) = settings.config_file {
+        tasks.push(tokio::spawn(config::reload::watch(
+            path,
+            discovery,
+            store.clone(),
+        )));
     }
     if let Some((source, files)) = manifests_watch {
         tasks.push(tokio::spawn(source.watch(store, files)));

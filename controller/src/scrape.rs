@@ -27,7 +27,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::MissedTickBehavior;
 use wasm_epp::snapshot::Metrics;
 
-use crate::engines::{Engine, Engines};
+use crate::engines::Engine;
 use crate::log;
 use crate::log::now_unix_ms;
 use crate::store::{ScrapeJob, Store};
@@ -48,8 +48,6 @@ pub struct ScrapeSettings {
     /// Consecutive failed scrapes after which an endpoint is unready
     /// (`--failed-scrapes-before-unready`).
     pub failures_before_unready: u32,
-    /// The engines whose metric names can be read.
-    pub engines: Engines,
 }
 
 /// The ways of asking an endpoint for its metrics, best first (see the module docs).
@@ -145,7 +143,7 @@ async fn scrape_and_record(
     working: Working,
     job: ScrapeJob,
 ) {
-    let engine = settings.engines.for_labels(&job.labels);
+    let engine = job.engines.for_labels(&job.labels);
     let base = format!("http://{}{}", job.host_port, settings.path);
     let result = tokio::time::timeout(
         settings.timeout,
@@ -232,6 +230,8 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::engines::Engines;
 
     #[test]
     fn queries_ask_for_the_engine_families() {

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use wasm_epp::scheduler::profile::{FilterSpec, Profile};
 use wasm_epp::snapshot::{Endpoint, Metrics, ModelRewrite, Snapshot};
 
+use crate::engines::Engines;
 use crate::log::now_unix_ms;
 
 /// A published snapshot with its encoded form.
@@ -73,6 +74,8 @@ pub struct ScrapeJob {
     pub host_port: String,
     /// The endpoint's labels (its engine label chooses the metric names).
     pub labels: BTreeMap<String, String>,
+    /// The engines' metric names, as configured when the scrape began.
+    pub engines: Arc<Engines>,
 }
 
 /// Process-wide counters, shown by the admin `/metrics`.
@@ -204,6 +207,8 @@ struct Entry {
 #[derive(Debug)]
 struct State {
     profile: Profile,
+    /// The engines' metric names (the config's `core-metrics-extractor`).
+    engines: Arc<Engines>,
     /// Sorted by key.
     entries: Vec<Entry>,
     /// Objectives and rewrites from `--manifests` (empty without it).
@@ -239,6 +244,7 @@ impl Store {
     ) -> Store {
         let state = State {
             profile,
+            engines: Arc::default(),
             entries: entries_from(endpoints, HashMap::new()),
             manifests,
             rounds_completed: 0,
@@ -289,6 +295,16 @@ impl Store {
         self.publish_if_changed(&state)
     }
 
+    /// Replaces the scheduling profile and the engines' metric names (a reloaded config).
+    /// Publishes a snapshot if the profile changed and returns whether it did; scrapes that begin
+    /// from now on read the new names.
+    pub fn set_config(&self, profile: Profile, engines: Engines) -> bool {
+        let mut state = self.lock();
+        state.profile = profile;
+        state.engines = Arc::new(engines);
+        self.publish_if_changed(&state)
+    }
+
     /// Replaces the objectives and rewrites. Publishes a snapshot if they changed and returns
     /// whether it did.
     pub fn set_manifests(&self, manifests: Manifests) -> bool {
@@ -300,6 +316,7 @@ impl Store {
     /// Hands out every endpoint that has no scrape in flight and marks them in flight.
     pub fn begin_scrapes(&self) -> Vec<ScrapeJob> {
         let mut state = self.lock();
+        let engines = state.engines.clone();
         state
             .entries
             .iter_mut()
@@ -310,6 +327,7 @@ impl Store {
                     key: EndpointKey::of(&entry.endpoint),
                     host_port: entry.endpoint.host_port(),
                     labels: entry.endpoint.labels.clone(),
+                    engines: engines.clone(),
                 }
             })
             .collect()

@@ -5,6 +5,7 @@
 //! about, e.g. `schedulingProfiles[0].plugins[1].pluginRef: no plugin named "foo"`.
 
 mod plugins;
+pub mod reload;
 mod selector;
 
 use std::collections::{HashMap, HashSet};

@@ -1,5 +1,6 @@
 //! The snapshot API: endpoints with metrics, long-polling, versions, config → profile.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::common::{endpoint, temp_dir, vllm_metrics, write_endpoints, Controller, FakeServer};
@@ -135,7 +136,7 @@ fn a_long_poll_with_nothing_new_answers_304_at_the_deadline() {
 #[test]
 fn the_config_file_sets_the_profile_and_discovery() {
     let server = FakeServer::start(&vllm_metrics(0, 0, 0.0));
-    let controller = start_with_config(
+    let (controller, _) = start_with_config(
         "config",
         &server,
         "plugins:\n\
@@ -169,7 +170,7 @@ fn a_custom_engine_of_the_config_is_scraped_by_its_names() {
          atom:running 2\natom:kv 0.4\n\
          atom:cache{block_size=\"32\",num_gpu_blocks=\"77\"} 1\n",
     );
-    let controller = start_with_config(
+    let (controller, _) = start_with_config(
         "custom-engine",
         &server,
         "plugins:\n\
@@ -191,8 +192,9 @@ fn a_custom_engine_of_the_config_is_scraped_by_its_names() {
 }
 
 /// Starts the controller with an EndpointPickerConfig of `body` (what follows its `apiVersion`
-/// and `kind`), where `{ENDPOINTS}` is an endpoints file listing `server` as `test/a`.
-fn start_with_config(test: &str, server: &FakeServer, body: &str) -> Controller {
+/// and `kind`), where `{ENDPOINTS}` is an endpoints file listing `server` as `test/a`; returns
+/// it and the directory holding `config.yaml` and `endpoints.yaml`.
+fn start_with_config(test: &str, server: &FakeServer, body: &str) -> (Controller, PathBuf) {
     let dir = temp_dir(test);
     let file = dir.join("endpoints.yaml");
     write_endpoints(&file, &[("a", server.port)]);
@@ -205,5 +207,71 @@ fn start_with_config(test: &str, server: &FakeServer, body: &str) -> Controller 
         ),
     )
     .unwrap();
-    Controller::start(&["--config-file", config.to_str().unwrap()])
+    let controller = Controller::start(&["--config-file", config.to_str().unwrap()]);
+    (controller, dir)
+}
+
+#[test]
+fn a_changed_config_file_is_reloaded_and_a_broken_one_is_not() {
+    // The server speaks a custom engine's names, which the first config does not know.
+    let server = FakeServer::start("atom:waiting 6\natom:running 2\natom:kv 0.4\n");
+    let profile = |weight: u32, extractor: &str| {
+        format!(
+            "plugins:\n\
+             - type: queue-scorer\n\
+             - name: files\n  type: file-discovery\n  parameters: {{path: {{ENDPOINTS}}}}\n\
+             {extractor}\
+             schedulingProfiles:\n- name: only\n  plugins:\n  - pluginRef: queue-scorer\n    weight: {weight}\n\
+             dataLayer:\n  discovery: {{pluginRef: files}}\n"
+        )
+    };
+    let (controller, dir) = start_with_config("reload", &server, &profile(4, ""));
+    let (config, endpoints) = (dir.join("config.yaml"), dir.join("endpoints.yaml"));
+    let weight = |s: &serde_json::Value| s["profile"]["scorers"][0]["weight"].as_f64();
+    assert_eq!(weight(&controller.snapshot()), Some(4.0));
+    controller.wait_for_log("the unknown names", Duration::from_secs(5), |line| {
+        line.contains("no vllm metrics in the response")
+    });
+
+    // A new profile and a custom engine: both apply without a restart.
+    let write = |body: &str| {
+        let text = format!(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n{}",
+            body.replace("{ENDPOINTS}", &endpoints.display().to_string())
+        );
+        let staging = config.with_extension("tmp");
+        std::fs::write(&staging, text).unwrap();
+        std::fs::rename(&staging, &config).unwrap();
+    };
+    write(&profile(
+        7,
+        "- type: core-metrics-extractor\n  parameters:\n    defaultEngine: atom\n    engineConfigs:\n\
+         \x20   - {name: atom, queuedRequestsSpec: atom:waiting, runningRequestsSpec: atom:running, kvUsageSpec: atom:kv}\n",
+    ));
+    let snapshot = controller.wait_for_snapshot("the reloaded profile and engine", |s| {
+        weight(s) == Some(7.0)
+            && endpoint(s, "test/a").is_some_and(|e| e["metrics"]["waiting_queue_size"] == 6)
+    });
+    assert_eq!(
+        endpoint(&snapshot, "test/a").unwrap()["metrics"]["kv_cache_usage"],
+        0.4
+    );
+    controller.wait_for_log("the reload", Duration::from_secs(5), |line| {
+        line.contains("config.yaml: reloaded; profile \"only\": queue-scorer×7")
+    });
+
+    // A broken file: one line, the running config kept.
+    write("plugins:\n- type: no-such-plugin\n");
+    controller.wait_for_log("the refusal", Duration::from_secs(5), |line| {
+        line.contains("unknown plugin type \"no-such-plugin\"")
+            && line.contains("keeping the running config")
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(weight(&controller.snapshot()), Some(7.0));
+    let refusals = controller
+        .log()
+        .iter()
+        .filter(|line| line.contains("keeping the running config"))
+        .count();
+    assert_eq!(refusals, 1, "logged once: {:#?}", controller.log());
 }
