@@ -421,7 +421,7 @@ fn refusals(controller: &Controller) -> Vec<String> {
     controller
         .log()
         .into_iter()
-        .filter(|line| line.contains("403") || line.contains("401"))
+        .filter(|line| line.contains(": 403 Forbidden") || line.contains(": 401 Unauthorized"))
         .collect()
 }
 
