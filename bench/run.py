@@ -38,7 +38,8 @@ HEADLINE = ("ttft_p90_roundrobin_over_epp", "throughput_epp_over_roundrobin",
             "decision_wasm_over_native_1kb", "decision_wasm_over_native_100kb",
             "decision_wasm_over_native_1mb", "pick_1000_endpoints_us",
             "prefix_hit_4workers_over_1worker", "prefix_hit_3replicas_over_1replica",
-            "ttft_p90_unshared_over_shared_3replicas")
+            "ttft_p90_unshared_over_shared_3replicas", "vllm_prefix_hit_epp_minus_roundrobin",
+            "vllm_ttft_p90_roundrobin_over_epp")
 
 INTRO = """\
 # Benchmarks
@@ -62,11 +63,13 @@ make overhead     # the data-plane overhead section alone (.run/bench-overhead/)
 
 The harness is `bench/run.py` with one module per section (`bench/routing.py`,
 `bench/inference_perf.py`, `bench/overhead.py`, `bench/controller_cost.py`,
-`bench/workers.py`, `bench/replicas.py`); the ext_proc baseline and the fake metrics servers are the Rust crate
-`bench/` (`wasm-epp-extproc`, `fake-metrics`), and the overhead section's do-nothing Proxy-Wasm
-filter is `bench/host-floor`. The model servers are `vllm-sim`
-([examples/simulator](../examples/simulator/README.md)) and the client is `wasm-epp-loadgen`
-([examples/loadgen](../examples/loadgen/README.md)), except in the inference-perf section. Every
+`bench/workers.py`, `bench/replicas.py`, `bench/vllm.py`); the ext_proc baseline and the fake
+metrics servers are the Rust crate `bench/` (`wasm-epp-extproc`, `fake-metrics`), and the overhead
+section's do-nothing Proxy-Wasm filter is `bench/host-floor`. The model servers are `vllm-sim`
+([examples/simulator](../examples/simulator/README.md)), except in the real-vLLM section (two real
+vLLM servers on CPU, installed once per machine by `scripts/vllm-tools.sh`), and the client is
+`wasm-epp-loadgen` ([examples/loadgen](../examples/loadgen/README.md)), except in the
+inference-perf section. Every
 loop is bounded; every process is stopped at the end, on error and on Ctrl-C.
 
 ## Headline
