@@ -5,6 +5,7 @@
 //! [`LEGACY_ENGINE_LABEL`]); without one, or with a name we do not know, it is [`DEFAULT_ENGINE`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -18,6 +19,10 @@ pub const LEGACY_ENGINE_LABEL: &str = "inference.networking.k8s.io/engine-type";
 
 /// The engine of an endpoint that names none.
 pub const DEFAULT_ENGINE: &str = "vllm";
+
+/// vLLM's cache-info labels, which upstream's `cacheInfoSpec` also reads.
+const BLOCK_SIZE_LABEL: &str = "block_size";
+const NUM_BLOCKS_LABEL: &str = "num_gpu_blocks";
 
 /// A PromQL-style series selector: a family name and label values every sample must carry,
 /// e.g. `nv_trt_llm_request_metrics{request_type="waiting"}`.
@@ -112,6 +117,18 @@ pub struct LoraInfo {
     pub max_label: String,
 }
 
+impl LoraInfo {
+    /// `selector` with vLLM's label names, which upstream's `loraSpec` also reads.
+    fn with_vllm_labels(selector: Selector) -> LoraInfo {
+        LoraInfo {
+            selector,
+            running_label: "running_lora_adapters".into(),
+            waiting_label: "waiting_lora_adapters".into(),
+            max_label: "max_lora".into(),
+        }
+    }
+}
+
 /// How to read one engine's metrics. Each list is tried in order; the first selector with a
 /// series present is used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,14 +183,11 @@ pub fn built_in() -> Vec<Engine> {
             running: list(&["vllm:num_requests_running"]),
             // The second is the name vLLM used before `kv_cache_usage_perc`.
             kv_usage: list(&["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]),
-            lora: Some(LoraInfo {
-                selector: Selector::of("vllm:lora_requests_info"),
-                running_label: "running_lora_adapters".into(),
-                waiting_label: "waiting_lora_adapters".into(),
-                max_label: "max_lora".into(),
-            }),
-            block_size: label("vllm:cache_config_info", "block_size"),
-            num_blocks: label("vllm:cache_config_info", "num_gpu_blocks"),
+            lora: Some(LoraInfo::with_vllm_labels(Selector::of(
+                "vllm:lora_requests_info",
+            ))),
+            block_size: label("vllm:cache_config_info", BLOCK_SIZE_LABEL),
+            num_blocks: label("vllm:cache_config_info", NUM_BLOCKS_LABEL),
         },
         Engine {
             name: "sglang".into(),
@@ -267,14 +281,11 @@ impl EngineConfig {
             kv_usage: one("kvUsageSpec", &self.kv_usage_spec)?
                 .into_iter()
                 .collect(),
-            lora: one("loraSpec", &self.lora_spec)?.map(|selector| LoraInfo {
-                selector,
-                running_label: "running_lora_adapters".into(),
-                waiting_label: "waiting_lora_adapters".into(),
-                max_label: "max_lora".into(),
-            }),
-            block_size: cache.clone().map(|s| Field::Label(s, "block_size".into())),
-            num_blocks: cache.map(|s| Field::Label(s, "num_gpu_blocks".into())),
+            lora: one("loraSpec", &self.lora_spec)?.map(LoraInfo::with_vllm_labels),
+            block_size: cache
+                .clone()
+                .map(|s| Field::Label(s, BLOCK_SIZE_LABEL.into())),
+            num_blocks: cache.map(|s| Field::Label(s, NUM_BLOCKS_LABEL.into())),
         })
     }
 }
@@ -282,7 +293,7 @@ impl EngineConfig {
 /// The engines known to the controller, by name, and how an endpoint names its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Engines {
-    by_name: BTreeMap<String, Engine>,
+    by_name: BTreeMap<String, Arc<Engine>>,
     /// The label naming an endpoint's engine.
     label_key: String,
     /// The engine of an endpoint whose label is absent or names no known engine.
@@ -294,7 +305,7 @@ impl Default for Engines {
         Engines {
             by_name: built_in()
                 .into_iter()
-                .map(|engine| (engine.name.clone(), engine))
+                .map(|engine| (engine.name.clone(), Arc::new(engine)))
                 .collect(),
             label_key: ENGINE_LABEL.to_string(),
             default_engine: DEFAULT_ENGINE.to_string(),
@@ -313,7 +324,9 @@ impl Engines {
     ) -> Result<Engines, String> {
         let mut engines = Engines::default();
         for engine in custom {
-            engines.by_name.insert(engine.name.clone(), engine);
+            engines
+                .by_name
+                .insert(engine.name.clone(), Arc::new(engine));
         }
         if let Some(key) = label_key.filter(|k| !k.trim().is_empty()) {
             engines.label_key = key;
@@ -337,7 +350,7 @@ impl Engines {
 
     /// The engine for an endpoint with `labels`. With the default label key, the legacy
     /// [`LEGACY_ENGINE_LABEL`] is read when the current one is absent.
-    pub fn for_labels(&self, labels: &BTreeMap<String, String>) -> &Engine {
+    pub fn for_labels(&self, labels: &BTreeMap<String, String>) -> &Arc<Engine> {
         labels
             .get(&self.label_key)
             .or_else(|| {
@@ -351,10 +364,10 @@ impl Engines {
 
     /// The engine named `name`, if known.
     pub fn get(&self, name: &str) -> Option<&Engine> {
-        self.by_name.get(name)
+        self.by_name.get(name).map(Arc::as_ref)
     }
 
-    fn default_engine(&self) -> &Engine {
+    fn default_engine(&self) -> &Arc<Engine> {
         self.by_name
             .get(&self.default_engine)
             .expect("the default engine is checked when configured")

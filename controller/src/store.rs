@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use wasm_epp::scheduler::profile::{FilterSpec, Profile};
 use wasm_epp::snapshot::{Endpoint, Metrics, ModelRewrite, Snapshot};
 
-use crate::engines::Engines;
+use crate::engines::{Engine, Engines};
 use crate::log::now_unix_ms;
 
 /// A published snapshot with its encoded form.
@@ -72,10 +72,8 @@ pub struct ScrapeJob {
     pub key: EndpointKey,
     /// `address:port`, IPv6 bracketed.
     pub host_port: String,
-    /// The endpoint's labels (its engine label chooses the metric names).
-    pub labels: BTreeMap<String, String>,
-    /// The engines' metric names, as configured when the scrape began.
-    pub engines: Arc<Engines>,
+    /// The metric names of the endpoint's engine (chosen by its labels when the scrape began).
+    pub engine: Arc<Engine>,
 }
 
 /// Process-wide counters, shown by the admin `/metrics`.
@@ -208,7 +206,7 @@ struct Entry {
 struct State {
     profile: Profile,
     /// The engines' metric names (the config's `core-metrics-extractor`).
-    engines: Arc<Engines>,
+    engines: Engines,
     /// Sorted by key.
     entries: Vec<Entry>,
     /// Objectives and rewrites from `--manifests` (empty without it).
@@ -244,7 +242,7 @@ impl Store {
     ) -> Store {
         let state = State {
             profile,
-            engines: Arc::default(),
+            engines: Engines::default(),
             entries: entries_from(endpoints, HashMap::new()),
             manifests,
             rounds_completed: 0,
@@ -301,7 +299,7 @@ impl Store {
     pub fn set_config(&self, profile: Profile, engines: Engines) -> bool {
         let mut state = self.lock();
         state.profile = profile;
-        state.engines = Arc::new(engines);
+        state.engines = engines;
         self.publish_if_changed(&state)
     }
 
@@ -315,8 +313,7 @@ impl Store {
 
     /// Hands out every endpoint that has no scrape in flight and marks them in flight.
     pub fn begin_scrapes(&self) -> Vec<ScrapeJob> {
-        let mut state = self.lock();
-        let engines = state.engines.clone();
+        let state = &mut *self.lock();
         state
             .entries
             .iter_mut()
@@ -326,8 +323,7 @@ impl Store {
                 ScrapeJob {
                     key: EndpointKey::of(&entry.endpoint),
                     host_port: entry.endpoint.host_port(),
-                    labels: entry.endpoint.labels.clone(),
-                    engines: engines.clone(),
+                    engine: state.engines.for_labels(&entry.endpoint.labels).clone(),
                 }
             })
             .collect()
