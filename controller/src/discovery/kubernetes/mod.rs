@@ -28,7 +28,7 @@ use self::listing::Listing;
 use self::objects::WATCHED;
 use self::pool::{InferencePool, PodInfo, Pool};
 use crate::log;
-use crate::manifests::PoolSelector;
+use crate::manifests::{Document, PoolSelector};
 use crate::store::Store;
 
 /// Kubernetes discovery settings.
@@ -164,7 +164,7 @@ struct State {
     pools: Listing<Pool>,
     pods: Listing<PodInfo>,
     /// `objects[i]` holds the documents of `WATCHED[i]`.
-    objects: Vec<Listing<Option<String>>>,
+    objects: Vec<Listing<Option<Document>>>,
     /// The pool as last logged: `None` before the first sync, `Some(None)` when missing.
     logged_pool: Option<Option<Pool>>,
 }

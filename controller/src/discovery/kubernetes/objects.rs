@@ -1,7 +1,8 @@
 //! InferenceObjective and InferenceModelRewrite objects watched in the pool's namespace.
 //!
-//! Each object is handed to the `--manifests` parser ([`manifests::parse`]) as one document, so
-//! API objects and files are validated, filtered by `spec.poolRef` and ordered by the same code.
+//! Each object becomes one [`Document`] for [`manifests::compile`], the compiler the
+//! `--manifests` files use, so API objects and files are validated, filtered by `spec.poolRef`
+//! and ordered by the same code.
 //! Only `apiVersion`, `kind`, `metadata.{name, namespace, creationTimestamp}` and `spec` are
 //! passed on: the server-written metadata and `status` mean nothing to the snapshot. An object
 //! the parser rejects is logged and left out; the others still apply.
@@ -11,14 +12,13 @@
 //! present for a while) is not an error.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use kube::core::{ApiResource, DynamicObject};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::listing::Listing;
 use crate::log;
-use crate::manifests::{self, Loaded, ManifestError, PoolSelector};
+use crate::manifests::{self, Document, Loaded, ManifestError, PoolSelector};
 
 /// One watched kind in one API group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,10 +84,10 @@ impl Watched {
     }
 }
 
-/// The document the parser reads for `object` (a `kind` object listed from `watched`), or
-/// `None` (logged) if the parser rejects it. `pool` is the pool the objects are filtered for;
-/// an object for another pool is valid and is filtered out later.
-pub fn document(watched: &Watched, object: DynamicObject, pool: &PoolSelector) -> Option<String> {
+/// The document compiled for `object` (a `kind` object listed from `watched`), or `None`
+/// (logged) if it does not compile. `pool` is the pool the objects are filtered for; an object
+/// for another pool is valid and is filtered out later.
+pub fn document(watched: &Watched, object: DynamicObject, pool: &PoolSelector) -> Option<Document> {
     let name = object.metadata.name.clone().unwrap_or_default();
     let namespace = object
         .metadata
@@ -102,25 +102,36 @@ pub fn document(watched: &Watched, object: DynamicObject, pool: &PoolSelector) -
             metadata.insert("creationTimestamp".into(), created);
         }
     }
-    let mut document = json!({
-        "apiVersion": watched.api_version,
-        "kind": watched.kind,
-        "metadata": metadata,
-    });
-    if let (Some(spec), Some(fields)) = (object.data.get("spec"), document.as_object_mut()) {
+    let mut fields = Map::new();
+    fields.insert("apiVersion".into(), watched.api_version.into());
+    fields.insert("kind".into(), watched.kind.into());
+    fields.insert("metadata".into(), Value::Object(metadata));
+    if let Some(spec) = object.data.get("spec") {
         fields.insert("spec".into(), spec.clone());
     }
-    let text = document.to_string();
     let origin = format!(
         "kubernetes {} {namespace}/{name} ({})",
         watched.kind, watched.api_version
     );
-    match parse(origin, [text.as_str()], pool) {
+    // JSON → YAML value, structurally (every JSON value is a YAML value).
+    let value = match serde_yaml::to_value(Value::Object(fields)) {
+        Ok(value) => value,
+        Err(e) => {
+            log!("{origin}: {e}; ignored");
+            return None;
+        }
+    };
+    let document = Document {
+        origin,
+        number: 1,
+        value,
+    };
+    match manifests::compile([&document], pool) {
         Ok(loaded) => {
             for warning in &loaded.warnings {
                 log!("{warning}");
             }
-            Some(text)
+            Some(document)
         }
         Err(e) => {
             log!("{e}; ignored");
@@ -132,7 +143,7 @@ pub fn document(watched: &Watched, object: DynamicObject, pool: &PoolSelector) -
 /// The objectives and rewrites of the watched objects: `listings[i]` holds the documents of
 /// `WATCHED[i]` by object name (`None` for rejected objects).
 pub fn combine(
-    listings: &[Listing<Option<String>>],
+    listings: &[Listing<Option<Document>>],
     pool: &PoolSelector,
 ) -> Result<Loaded, ManifestError> {
     let current: BTreeSet<(&str, &str)> = WATCHED
@@ -154,24 +165,16 @@ pub fn combine(
             .filter(move |(name, _)| {
                 !(watched.deprecated && current.contains(&(watched.kind, name.as_str())))
             })
-            .filter_map(|(_, document)| document.as_deref())
+            .filter_map(|(_, document)| document.as_ref())
     });
-    parse("kubernetes".to_string(), documents, pool)
-}
-
-fn parse<'d>(
-    origin: String,
-    documents: impl IntoIterator<Item = &'d str>,
-    pool: &PoolSelector,
-) -> Result<Loaded, ManifestError> {
-    let text = documents.into_iter().collect::<Vec<_>>().join("\n---\n");
-    manifests::parse(&[(PathBuf::from(origin), text.into_bytes())], pool)
+    manifests::compile(documents, pool)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use kube::runtime::watcher::Event;
+    use serde_json::json;
 
     fn pool() -> PoolSelector {
         PoolSelector {
@@ -204,7 +207,7 @@ mod tests {
         .unwrap()
     }
 
-    fn listing(watched: &Watched, objects: Vec<DynamicObject>) -> Listing<Option<String>> {
+    fn listing(watched: &Watched, objects: Vec<DynamicObject>) -> Listing<Option<Document>> {
         let mut listing = Listing::default();
         listing.apply(Event::Init, |_: &DynamicObject| String::new(), |_| None);
         for object in objects {
@@ -292,7 +295,7 @@ mod tests {
 
     #[test]
     fn nothing_watched_is_nothing_to_apply() {
-        let listings: Vec<Listing<Option<String>>> =
+        let listings: Vec<Listing<Option<Document>>> =
             WATCHED.iter().map(|_| Listing::default()).collect();
         assert_eq!(combine(&listings, &pool()).unwrap(), Loaded::default());
     }
