@@ -13,7 +13,7 @@ use hyper::{Method, StatusCode, Uri};
 use tokio::net::TcpListener;
 
 use crate::http::{self, Reply};
-use crate::log::now_unix_ms;
+use crate::store::now_unix_ms;
 use crate::store::{Counters, EndpointReport, Store};
 
 /// Metrics younger than this count as fresh for the pool gauges (upstream

@@ -12,8 +12,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-
-use crate::log;
+use tracing::warn;
 
 /// The response type both servers produce.
 pub type Reply = Response<Full<Bytes>>;
@@ -89,7 +88,7 @@ where
             Ok((stream, _)) => stream,
             Err(e) => {
                 // Typically out of file descriptors; back off instead of spinning.
-                log!("{name}: accept failed: {e}");
+                warn!(listener = name, error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }

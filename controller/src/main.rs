@@ -7,6 +7,7 @@ use std::sync::Arc;
 use clap::Parser;
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, oneshot};
+use tracing::{info, warn};
 use wasm_epp_controller::cli::{Cli, Settings, StartupError};
 use wasm_epp_controller::discovery::Discovery;
 use wasm_epp_controller::records::RecordLog;
@@ -17,6 +18,7 @@ use wasm_epp_controller::{admin, config, log, peers, scrape, serve};
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    log::init();
     let settings = match Cli::try_parse() {
         Ok(cli) => Settings::resolve(cli),
         // --help and --version print to stdout and exit 0.
@@ -71,9 +73,9 @@ async fn run(settings: Settings) -> Result<(), Failure> {
         .await
         .map_err(Failure::Runtime)?;
     for warning in &settings.warnings {
-        log!("config: {warning}");
+        warn!("config: {warning}");
     }
-    log!(
+    info!(
         "wasm-epp-controller listening: snapshot API on {}, admin on {}; discovery: {}, {} endpoints; {}; scraping every {:?} (timeout {:?})",
         local_addr(&snapshot_listener),
         local_addr(&admin_listener),
@@ -86,7 +88,7 @@ async fn run(settings: Settings) -> Result<(), Failure> {
 
     let (manifests, manifests_watch) = match settings.manifests {
         Some(startup) => {
-            log!("manifests: {}", startup.describe());
+            info!("manifests: {}", startup.describe());
             (
                 startup.loaded.manifests,
                 Some((startup.source, startup.files)),
@@ -95,10 +97,10 @@ async fn run(settings: Settings) -> Result<(), Failure> {
         None => Default::default(),
     };
     if let Discovery::Kubernetes(connected) = &discovery {
-        log!("kubernetes: API server {}", connected.server());
+        info!("kubernetes: API server {}", connected.server());
     }
     if let Some(module) = &settings.wasm {
-        log!(
+        info!(
             "serving the filter module at {} ({} bytes, sha256 {})",
             serve::WASM_PATH,
             module.bytes.len(),
@@ -152,7 +154,7 @@ async fn run(settings: Settings) -> Result<(), Failure> {
         tasks.push(tokio::spawn(source.watch(store, files)));
     }
     let signal = shutdown_signal().await;
-    log!("received {signal}, shutting down");
+    info!("received {signal}, shutting down");
     for task in tasks {
         task.abort();
     }

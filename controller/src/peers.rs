@@ -22,8 +22,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
+use tracing::{info, warn};
 
-use crate::log;
 use crate::records::{Batch, PATH};
 
 /// Batches waiting per peer; beyond it a slow peer skips the oldest.
@@ -68,7 +68,7 @@ pub async fn run(settings: PeerSettings, instance: String, batches: broadcast::S
             instance.clone(),
             batches.subscribe(),
         ));
-        log!("prefix records: relaying to peer controller {peer}");
+        info!(%peer, "prefix records: relaying to a peer controller");
         senders.insert(peer, task);
     };
     for peer in &settings.fixed {
@@ -86,7 +86,7 @@ pub async fn run(settings: PeerSettings, instance: String, batches: broadcast::S
                     let keep = settings.fixed.contains(peer) || found.contains(peer);
                     if !keep {
                         task.abort();
-                        log!("prefix records: peer controller {peer} is gone from {name}");
+                        info!(%peer, dns = %name, "prefix records: a peer controller is gone from DNS");
                     }
                     keep
                 });
@@ -96,7 +96,7 @@ pub async fn run(settings: PeerSettings, instance: String, batches: broadcast::S
                     }
                 }
             }
-            Err(e) => log!("prefix records: cannot resolve --peers-dns {name}: {e}"),
+            Err(e) => warn!(dns = %name, error = %e, "prefix records: cannot resolve --peers-dns"),
         }
         tokio::time::sleep(RESOLVE_EVERY).await;
     }
@@ -152,8 +152,12 @@ async fn relay_to(
             failed += 1;
             let due = logged.is_none_or(|at| at.elapsed() >= LOG_EVERY);
             if due {
-                log!(
-                    "prefix records: relaying to peer {peer} failed ({error}); {failed} failed, {skipped} skipped so far"
+                warn!(
+                    %peer,
+                    %error,
+                    failed,
+                    skipped,
+                    "prefix records: relaying to a peer failed"
                 );
                 logged = Some(Instant::now());
             }

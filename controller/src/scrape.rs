@@ -26,11 +26,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::MissedTickBehavior;
+use tracing::{info, warn};
 use wasm_epp::snapshot::Metrics;
 
 use crate::engines::Engine;
-use crate::log;
-use crate::log::now_unix_ms;
+use crate::store::now_unix_ms;
 use crate::store::{ScrapeJob, Store};
 use crate::{extract, prometheus};
 
@@ -155,8 +155,8 @@ async fn scrape_and_record(
     let failed = result.as_ref().err().cloned();
     if store.record_scrape(&job.key, result, now_unix_ms()) {
         match failed {
-            Some(error) => log!("endpoint {} ({base}): scrape failed: {error}", job.key.name),
-            None => log!("endpoint {} ({base}): scrape recovered", job.key.name),
+            Some(error) => warn!(endpoint = %job.key.name, url = %base, %error, "scrape failed"),
+            None => info!(endpoint = %job.key.name, url = %base, "scrape recovered"),
         }
     }
 }

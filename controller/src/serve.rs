@@ -30,10 +30,10 @@ use hyper::header::{HeaderValue, CACHE_CONTROL};
 use hyper::{Method, Request, StatusCode, Uri};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
+use tracing::warn;
 
 use crate::eds;
 use crate::http::{self, Reply};
-use crate::log;
 use crate::records::{self, RecordLog, Refusal};
 use crate::store::{Counters, Held, Published, Store, Wait};
 
@@ -192,8 +192,11 @@ fn upload(
         Ok(_) => http::empty(StatusCode::NO_CONTENT),
         Err((refusal, logged)) => {
             if let Some(count) = logged {
-                log!(
-                    "prefix records: refused {count} batch(es) from replica {replica:?}: {refusal}"
+                warn!(
+                    replica,
+                    batches = count,
+                    reason = %refusal,
+                    "prefix records: refused batches from a replica"
                 );
             }
             let status = match refusal {

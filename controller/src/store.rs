@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -26,7 +26,6 @@ use wasm_epp::scheduler::profile::{FilterSpec, Profile};
 use wasm_epp::snapshot::{Endpoint, Metrics, ModelRewrite, Snapshot};
 
 use crate::engines::{Engine, Engines};
-use crate::log::now_unix_ms;
 
 /// A published snapshot with its encoded form.
 #[derive(Debug)]
@@ -185,6 +184,14 @@ impl Held {
 fn draw_instance_id() -> String {
     let random = RandomState::new().hash_one((std::process::id(), now_unix_ms()));
     format!("{random:016x}")
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// The next snapshot version: strictly greater than `previous`, and at least the wall clock.

@@ -10,9 +10,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use tracing::{info, warn};
+
 use crate::discovery::file::{poll_for_changes, read_limited};
 use crate::discovery::Source;
-use crate::log;
 use crate::store::Store;
 
 /// Watches `path` forever; `discovery` is the config's discovery at start-up.
@@ -31,16 +32,16 @@ pub async fn watch(path: PathBuf, discovery: Option<Source>, store: Arc<Store>) 
             match compiled {
                 Ok(config) => {
                     if config.discovery != discovery {
-                        log!("{shown}: dataLayer.discovery changed; restart the controller to apply it (the rest of the file is applied)");
+                        warn!("{shown}: dataLayer.discovery changed; restart the controller to apply it (the rest of the file is applied)");
                     }
                     for warning in &config.warnings {
-                        log!("{shown}: {warning}");
+                        warn!("{shown}: {warning}");
                     }
                     let summary = super::profile_summary(&config.profile);
                     store.set_config(config.profile, config.engines);
-                    log!("{shown}: reloaded; {summary}");
+                    info!("{shown}: reloaded; {summary}");
                 }
-                Err(e) => log!("{shown}: {e}; keeping the running config"),
+                Err(e) => warn!("{shown}: {e}; keeping the running config"),
             }
         },
     )

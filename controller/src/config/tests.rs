@@ -170,10 +170,9 @@ fn active_request_scorer_parameters() {
             max_busy_score: 0.5
         })
     );
-    let err = compile_yaml(
-        "plugins:\n- type: active-request-scorer\n  parameters: {maxBusyScore: 2}\n",
-    )
-    .unwrap_err();
+    let err =
+        compile_yaml("plugins:\n- type: active-request-scorer\n  parameters: {maxBusyScore: 2}\n")
+            .unwrap_err();
     assert!(err.contains("plugins[0].parameters.maxBusyScore"), "{err}");
 }
 

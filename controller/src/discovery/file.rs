@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tracing::{info, warn};
 use wasm_epp::snapshot::{Endpoint, Metrics};
 
-use crate::log;
 use crate::store::Store;
 
 /// Largest endpoints file accepted, as upstream.
@@ -86,15 +86,15 @@ impl FileSource {
                     Ok(endpoints) => {
                         let count = endpoints.len();
                         if store.set_endpoints(endpoints) {
-                            log!("{}: applied {count} endpoints", self.path.display());
+                            info!("{}: applied {count} endpoints", self.path.display());
                         }
                     }
-                    Err(e) => log!(
+                    Err(e) => warn!(
                         "{}: {e}; keeping the previous endpoint list",
                         self.path.display()
                     ),
                 },
-                Err(e) => log!(
+                Err(e) => warn!(
                     "{}: {e}; keeping the previous endpoint list",
                     self.path.display()
                 ),

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_yaml::Value;
+use tracing::{info, warn};
 
 use super::compile::{compile, Document};
 use super::{Loaded, ManifestError, PoolSelector};
 use crate::discovery::file::{poll_for_changes, read_limited};
-use crate::log;
 use crate::store::Store;
 
 /// The files' contents, in the order they are parsed.
@@ -118,14 +118,14 @@ impl ManifestSource {
                 match parsed {
                     Ok(loaded) => {
                         for warning in &loaded.warnings {
-                            log!("{warning}");
+                            warn!("{warning}");
                         }
                         let summary = loaded.summary();
                         if store.set_manifests(loaded.manifests) {
-                            log!("{}: applied {summary}", self.path.display());
+                            info!("{}: applied {summary}", self.path.display());
                         }
                     }
-                    Err(e) => log!("{e}; keeping the previous manifests"),
+                    Err(e) => warn!("{e}; keeping the previous manifests"),
                 }
             },
         )

@@ -79,8 +79,7 @@ fn an_unchanged_state_publishes_nothing() {
 }
 
 #[test]
-fn metrics_scraped_again_unchanged_are_republished_only_when_the_vouch_runs_out_or_they_go_stale(
-) {
+fn metrics_scraped_again_unchanged_are_republished_only_when_the_vouch_runs_out_or_they_go_stale() {
     let store = Store::new(Profile::default(), vec![endpoint("a", 1)]);
     assert_eq!(staleness_threshold_ms(&Profile::default()), 200);
     let round = |result: Result<Metrics, String>| {
@@ -143,8 +142,8 @@ fn failures_keep_metrics_and_report_transitions() {
 
 #[test]
 fn consecutive_failures_make_an_endpoint_unready_and_one_success_brings_it_back() {
-    let store = Store::new(Profile::default(), vec![endpoint("a", 1), endpoint("b", 2)])
-        .unready_after(3);
+    let store =
+        Store::new(Profile::default(), vec![endpoint("a", 1), endpoint("b", 2)]).unready_after(3);
     let (a, b) = (key("a", 1), key("b", 2));
     let ready = |store: &Store| -> Vec<bool> {
         store.finish_round();

@@ -22,12 +22,12 @@ use kube::core::DynamicObject;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::{Api, Client, Config, ResourceExt};
 use tokio::sync::oneshot;
+use tracing::{error, info, warn};
 use wasm_epp::snapshot::Endpoint;
 
 use self::listing::Listing;
 use self::objects::WATCHED;
 use self::pool::{InferencePool, PodInfo, Pool};
-use crate::log;
 use crate::manifests::{Document, PoolSelector};
 use crate::store::Store;
 
@@ -115,7 +115,7 @@ impl Connected {
                 }
             }
         }
-        log!("kubernetes: every watch ended; endpoints are no longer updated");
+        error!("kubernetes: every watch ended; endpoints are no longer updated");
     }
 
     fn watches(&self) -> Vec<BoxStream<'static, Update>> {
@@ -242,23 +242,22 @@ impl State {
         if self.logged_pool.as_ref() != Some(&pool) {
             let id = format!("{}/{}", self.namespace, self.pool_name);
             match &pool {
-                Some(pool) => log!(
+                Some(pool) => info!(
                     "kubernetes: inferencepool {id}: selector {}, target ports {:?}",
                     pool.selector_text(),
                     pool.ports()
                 ),
                 None => {
-                    log!("kubernetes: inferencepool {id} not found; no endpoints until it exists")
+                    warn!("kubernetes: inferencepool {id} not found; no endpoints until it exists")
                 }
             }
             self.logged_pool = Some(pool);
         }
         let count = endpoints.len();
         if store.set_endpoints(endpoints) {
-            log!(
+            info!(
                 "kubernetes: inferencepool {}/{}: applied {count} endpoints",
-                self.namespace,
-                self.pool_name
+                self.namespace, self.pool_name
             );
         }
     }
@@ -268,10 +267,10 @@ impl State {
             Ok(loaded) => {
                 let summary = loaded.summary();
                 if store.set_manifests(loaded.manifests) {
-                    log!("kubernetes: applied {summary}");
+                    info!("kubernetes: applied {summary}");
                 }
             }
-            Err(e) => log!("{e}; keeping the previous objectives and rewrites"),
+            Err(e) => warn!("{e}; keeping the previous objectives and rewrites"),
         }
     }
 }

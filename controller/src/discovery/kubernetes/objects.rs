@@ -15,9 +15,9 @@ use std::collections::BTreeSet;
 
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::{Map, Value};
+use tracing::warn;
 
 use super::listing::Listing;
-use crate::log;
 use crate::manifests::{self, Document, Loaded, ManifestError, PoolSelector};
 
 /// One watched kind in one API group.
@@ -117,7 +117,7 @@ pub fn document(watched: &Watched, object: DynamicObject, pool: &PoolSelector) -
     let value = match serde_yaml::to_value(Value::Object(fields)) {
         Ok(value) => value,
         Err(e) => {
-            log!("{origin}: {e}; ignored");
+            warn!("{origin}: {e}; ignored");
             return None;
         }
     };
@@ -129,12 +129,12 @@ pub fn document(watched: &Watched, object: DynamicObject, pool: &PoolSelector) -
     match manifests::compile([&document], pool) {
         Ok(loaded) => {
             for warning in &loaded.warnings {
-                log!("{warning}");
+                warn!("{warning}");
             }
             Some(document)
         }
         Err(e) => {
-            log!("{e}; ignored");
+            warn!("{e}; ignored");
             None
         }
     }

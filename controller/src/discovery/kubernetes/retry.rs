@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher::{self, Event};
-
-use crate::log;
+use tracing::{info, warn};
 
 /// Delay between attempts to list a resource the API server does not know.
 pub const NOT_FOUND_RETRY: Duration = Duration::from_secs(30);
@@ -127,7 +126,7 @@ impl Failures {
         let retry = classify(error, self.consecutive);
         if let Some(message) = retry.message {
             if self.logged.as_ref() != Some(&message) {
-                log!("kubernetes: {}: {message}", self.what);
+                warn!(watch = %self.what, "kubernetes: {}: {message}", self.what);
                 self.logged = Some(message);
             }
         }
@@ -137,7 +136,7 @@ impl Failures {
     fn succeeded(&mut self) {
         self.consecutive = 0;
         if self.logged.take().is_some() {
-            log!("kubernetes: {}: watching again", self.what);
+            info!(watch = %self.what, "kubernetes: {}: watching again", self.what);
         }
     }
 }
