@@ -118,7 +118,7 @@ kube-tools:
 # The controller's tests include Kubernetes discovery against the real API server.
 test-unit: kube-tools
 	cargo test --locked --workspace --exclude wasm-epp
-	cargo test --locked -p wasm-epp --lib --test request_fuzz
+	cargo test --locked -p wasm-epp --lib --test request_fuzz --test examples
 
 test-wasm: $(WASM_BINDGEN_RUNNER)
 	@rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown

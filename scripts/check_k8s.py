@@ -15,10 +15,10 @@ Offline and fast. What it checks:
 - The custom resources the examples rely on, and how they refer to each other: InferencePool,
   the Envoy Gateway policies (EnvoyExtensionPolicy, EnvoyPatchPolicy, BackendTrafficPolicy,
   ClientTrafficPolicy, EnvoyProxy), Gateway API routes, objectives and rewrites.
-- The controller containers: flags the real controller accepts (its `--help`, or
-  controller/src/cli.rs when the binary is missing or older than the sources), files and ports
-  that exist, RBAC for everything it watches, and its EndpointPickerConfig loaded by the real
-  controller when it is built.
+- The controller containers: files and ports that exist, RBAC for everything it watches. What
+  the controller and the filter accept (flags, EndpointPickerConfigs, plugin configuration
+  keys) is checked by their own parsers in `controller/tests/controller/examples.rs` and
+  `tests/examples.rs`.
 - Envoy configurations inside ConfigMaps: the wasm-epp wiring, and `envoy --mode validate`
   (.venv/envoy, with the module path pointed at the local build) when both are there.
 
@@ -40,7 +40,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -82,7 +81,6 @@ MIN_BUFFER_BYTES = 1 << 20
 MIN_ROUTE_TIMEOUT_S = 60
 WASM_BUILD = "target/wasm32-wasip1/wasm/wasm_epp.wasm"
 ENVOY_BIN = ".venv/envoy"
-CONTROLLER_BIN = "target/release/wasm-epp-controller"
 TOOL_TIMEOUT_S = 60
 
 
@@ -130,7 +128,6 @@ class Options:
 
     scripts: bool = True
     envoy: bool = True
-    controller_config: bool = True
 
 
 @dataclasses.dataclass
@@ -138,10 +135,6 @@ class Context:
     """Facts about the repository the checks compare against."""
 
     root: Path
-    controller_flags: set[str]
-    flags_source: str
-    filter_keys: set[str]
-    poller_keys: set[str]
     options: Options
 
 
@@ -180,52 +173,6 @@ class Universe:
             if d.kind == kind and d.name == name and (kind in CLUSTER_SCOPED or d.namespace == namespace):
                 return d
         return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Repository facts: controller flags, filter configuration keys
-
-
-def controller_flags(root: Path) -> tuple[set[str], str]:
-    """The controller's long flags: from the binary's --help when it is at least as new as the
-    controller sources, else from the clap definitions in controller/src/cli.rs."""
-    binary = root / CONTROLLER_BIN
-    sources = list((root / "controller/src").rglob("*.rs"))
-    newest = max((p.stat().st_mtime for p in sources), default=0.0)
-    if binary.exists() and binary.stat().st_mtime >= newest:
-        out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
-        flags = set(re.findall(r"--([a-z][a-z0-9-]*)", out.stdout))
-        if out.returncode == 0 and flags:
-            return flags, f"{CONTROLLER_BIN} --help"
-    text = (root / "controller/src/cli.rs").read_text()
-    struct = re.search(r"pub struct Cli \{(.*?)\n\}", text, re.S)
-    flags = {"help", "version"}
-    if struct:
-        for attrs, name in re.findall(r"#\[arg\(([^\]]*)\)\]\s*(?:///[^\n]*\s*)*pub (\w+):", struct.group(1)):
-            if "long" in attrs:
-                explicit = re.search(r'long\s*=\s*"([^"]+)"', attrs)
-                flags.add(explicit.group(1) if explicit else name.replace("_", "-"))
-    return flags, "controller/src/cli.rs"
-
-
-def camel(snake: str) -> str:
-    head, *rest = snake.split("_")
-    return head + "".join(w.capitalize() for w in rest)
-
-
-def struct_fields(text: str, struct: str) -> set[str]:
-    body = re.search(rf"pub struct {struct} \{{(.*?)\n\}}", text, re.S)
-    return {camel(f) for f in re.findall(r"pub (\w+):", body.group(1))} if body else set()
-
-
-def plugin_config_keys(root: Path) -> tuple[set[str], set[str]]:
-    """JSON keys the filter accepts in its plugin configuration (src/plugin_config.rs), as
-    (filter role, poller role); "role" is accepted by both."""
-    text = (root / "src/plugin_config.rs").read_text()
-    poller = struct_fields(text, "PollerConfig")
-    # The filter may poll too (controllerCluster): it takes the poller's keys as well.
-    filter_keys = struct_fields(text, "FilterConfig") | poller
-    return filter_keys | {"role"}, poller | {"role"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,9 +554,6 @@ def check_filter_json(u: Universe, doc: Doc, where: str, config: Any, ctx: Conte
     if not isinstance(config, dict):
         u.fail(doc, f"{where}: must be a JSON object")
         return
-    unknown = sorted(set(config) - ctx.filter_keys)
-    if unknown:
-        u.fail(doc, f"{where}: keys the filter does not accept: {unknown} (src/plugin_config.rs)")
     if not isinstance(config.get("failOpen"), bool):
         u.fail(doc, f"{where}.failOpen: must be true or false")
     if controller_expected and not (isinstance(config.get("controllerCluster"), str) and config["controllerCluster"]):
@@ -754,9 +698,6 @@ def check_controller_deployment(u: Universe, doc: Doc, ctx: Context) -> None:
     for c in controller_containers(doc):
         where = f"container {c.get('name')}"
         args = parse_args(c.get("args"))
-        for flag in args:
-            if flag[2:] not in ctx.controller_flags:
-                u.fail(doc, f"{where}: the controller has no flag {flag} (per {ctx.flags_source})")
         pool = args.get("--pool-name")
         namespace = args.get("--pool-namespace") or "default"
         if u.find("InferencePool", namespace, str(pool)) is None:
@@ -977,9 +918,8 @@ def check_envoy_config(u: Universe, doc: Doc, key: str, text: str, ctx: Context,
         modules.add(str(get(plugin, "vm_config.code.local.filename")))
         parsed = plugin_json(u, doc, f"{where}: poller", plugin)
         if parsed is not None:
-            unknown = sorted(set(parsed) - ctx.poller_keys)
-            if parsed.get("role") != "poller" or unknown:
-                u.fail(doc, f"{where}: poller configuration needs role poller and known keys (unknown: {unknown})")
+            if parsed.get("role") != "poller":
+                u.fail(doc, f"{where}: poller configuration needs role poller")
             if parsed.get("controllerCluster") not in clusters:
                 u.fail(doc, f"{where}: the poller's controllerCluster {parsed.get('controllerCluster')!r} is not a cluster")
     for n in walk(config):
@@ -1013,46 +953,6 @@ def envoy_validate(u: Universe, doc: Doc, where: str, text: str, modules: set[st
         report.notes.append(f"{doc.file} {where}: envoy --mode validate OK")
 
 
-def check_picker_config(u: Universe, doc: Doc, key: str, text: str, ctx: Context, report: Report) -> None:
-    """Loads an EndpointPickerConfig with the real controller (file discovery of an empty list,
-    listening on 127.0.0.1): bad config → it exits at once with one line; good → it starts."""
-    binary = ctx.root / CONTROLLER_BIN
-    if not ctx.options.controller_config:
-        return
-    if not binary.exists():
-        report.notes.append(f"{doc.file} data.{key}: not loaded ({CONTROLLER_BIN} not built)")
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg, endpoints = Path(tmp, "config.yaml"), Path(tmp, "endpoints.yaml")
-        cfg.write_text(text)
-        endpoints.write_text("endpoints: []\n")
-        proc = subprocess.Popen([str(binary), "--config-file", str(cfg), "--endpoints-file", str(endpoints),
-                                 "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
-                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        started, last = False, ""
-        deadline = time.monotonic() + 10
-        assert proc.stderr is not None
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            last = line
-            if " listening: " in line:
-                started = True
-                break
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if not started:
-            reason = last.strip().replace(str(cfg), "config") or f"exit status {proc.returncode}"
-            u.fail(doc, f"data.{key}: the controller rejects it: {reason}")
-        else:
-            report.notes.append(f"{doc.file} data.{key}: loaded by {CONTROLLER_BIN}")
-
-
 def check_config_map(u: Universe, doc: Doc, ctx: Context, report: Report) -> dict[str, set[str]]:
     """Embedded files; returns {key: module paths} for Envoy configurations."""
     envoy_modules = {}
@@ -1065,7 +965,7 @@ def check_config_map(u: Universe, doc: Doc, ctx: Context, report: Report) -> dic
             u.fail(doc, f"data.{key}: does not parse: {' '.join(str(e).split())}")
             continue
         if isinstance(parsed, dict) and parsed.get("kind") == "EndpointPickerConfig":
-            check_picker_config(u, doc, key, text, ctx, report)
+            continue  # loaded by the controller's own test (controller/tests/controller/examples.rs)
         elif isinstance(parsed, dict) and "static_resources" in parsed:
             envoy_modules[key] = check_envoy_config(u, doc, key, text, ctx, report)
         else:
@@ -1171,12 +1071,6 @@ def set_value(path: str, value: Any) -> Callable[[dict], None]:
     return change
 
 
-def append_args(*extra: str) -> Callable[[dict], None]:
-    def change(obj: dict) -> None:
-        obj["spec"]["template"]["spec"]["containers"][0]["args"] += list(extra)
-    return change
-
-
 def drop_args(flag: str) -> Callable[[dict], None]:
     """Removes `flag` and its value from the first container's args."""
     def change(obj: dict) -> None:
@@ -1192,43 +1086,40 @@ def drop_verb(obj: dict) -> None:
 
 EG = "examples/envoy-gateway"
 SELF_TESTS: list[tuple[str, Callable[[Path], None], str, Options]] = [
-    ("InferencePool without targetPorts", edit_doc(f"{EG}/inference-pool.yaml", "InferencePool", delete("spec.targetPorts")), "targetPorts", Options(False, False, False)),
-    ("EEP without sha256", edit_doc(f"{EG}/wasm-epp-policies.yaml", "EnvoyExtensionPolicy", delete("spec.wasm.0.code.http.sha256")), "sha256", Options(False, False, False)),
-    ("EEP config names another cluster", edit_doc(f"{EG}/wasm-epp-policies.yaml", "EnvoyExtensionPolicy", set_value("spec.wasm.0.config.controllerCluster", "elsewhere")), "controllerCluster", Options(False, False, False)),
-    ("EEP config with a typo", edit_doc(f"{EG}/wasm-epp-policies.yaml", "EnvoyExtensionPolicy", set_value("spec.wasm.0.config.failopen", True)), "failopen", Options(False, False, False)),
-    ("EEP code type Image", edit_doc(f"{EG}/wasm-epp-policies.yaml", "EnvoyExtensionPolicy", set_value("spec.wasm.0.code.type", "Image")), "code.type", Options(False, False, False)),
-    ("BTP reads another header", edit_doc(f"{EG}/route.yaml", "BackendTrafficPolicy", set_value("spec.loadBalancer.endpointOverride.extractFrom.0.header", "x-other")), DESTINATION_HEADER, Options(False, False, False)),
-    ("CTP default buffer", edit_doc(f"{EG}/route.yaml", "ClientTrafficPolicy", set_value("spec.connection.bufferLimit", "32Ki")), "bufferLimit", Options(False, False, False)),
-    ("HTTPRoute without timeout", edit_doc(f"{EG}/route.yaml", "HTTPRoute", delete("spec.rules.0.timeouts")), "timeouts.request", Options(False, False, False)),
-    ("HTTPRoute to a Service off the pool", edit_doc(f"{EG}/inference-pool.yaml", "Service", set_value("spec.ports.0.targetPort", 9000)), "targetPorts", Options(False, False, False)),
-    ("EnvoyProxy cluster renamed", edit_text(f"{EG}/gateway.yaml", "- name: wasm_epp_controller", "- name: controller"), "controllerCluster", Options(False, False, False)),
-    ("EnvoyProxy bootstrap Replace", edit_doc(f"{EG}/gateway.yaml", "EnvoyProxy", set_value("spec.bootstrap.type", "Replace")), "bootstrap.type", Options(False, False, False)),
-    ("patch on the wrong filter index", edit_text(f"{EG}/wasm-epp-policies.yaml", "/wasm/0'", "/wasm/1'"), "jsonPath", Options(False, False, False)),
-    ("patch on the wrong listener", edit_text(f"{EG}/wasm-epp-policies.yaml", "name: llm/inference-gateway/http", "name: llm/inference-gateway/https"), "listener", Options(False, False, False)),
-    ("patch without the flag", edit_doc(f"{EG}/wasm-epp-policies.yaml", "EnvoyPatchPolicy", set_value("spec.jsonPatches.0.operation.path", "/fail_open")), STOP_ITERATION, Options(False, False, False)),
-    ("controller flag that does not exist", edit_doc(f"{EG}/controller.yaml", "Deployment", append_args("--no-such-flag", "x")), "--no-such-flag", Options(False, False, False)),
-    ("controller probe on the wrong port", edit_doc(f"{EG}/controller.yaml", "Deployment", set_value("spec.template.spec.containers.0.readinessProbe.httpGet.port", "snapshot")), "readinessProbe", Options(False, False, False)),
-    ("controller replicas that do not peer", edit_doc(f"{EG}/controller.yaml", "Deployment", drop_args("--peers-dns")), "without --peers-dns", Options(False, False, False)),
-    ("peers Service with a virtual IP", edit_text(f"{EG}/controller.yaml", "clusterIP: None", "clusterIP: 10.96.0.9"), "not headless", Options(False, False, False)),
-    ("sidecar controller on loopback with peers", edit_text("examples/sidecar/deployment.yaml", "- 0.0.0.0:9002", "- 127.0.0.1:9002"), "loopback", Options(False, False, False)),
-    ("NetworkPolicy that closes the gateway", edit_text("examples/sidecar/deployment.yaml", "    - port: 10000\n", ""), "blocks port", Options(False, False, False)),
-    ("Role without watch", edit_doc(f"{EG}/controller.yaml", "Role", drop_verb), "watch", Options(False, False, False)),
-    ("Deployment fails the schema", edit_doc(f"{EG}/controller.yaml", "Deployment", set_value("spec.replicas", "two")), "schema", Options(False, False, False)),
-    ("Deployment with an unknown field", edit_doc("examples/sidecar/deployment.yaml", "Deployment", set_value("spec.replica", 2)), "schema", Options(False, False, False)),
-    ("sidecar Envoy with a liveness probe", edit_doc("examples/sidecar/deployment.yaml", "Deployment", set_value("spec.template.spec.containers.0.livenessProbe", {"httpGet": {"path": "/ready", "port": "ready"}})), "livenessProbe would restart Envoy", Options(False, False, False)),
-    ("sidecar Envoy ready only with the controller", edit_doc("examples/sidecar/deployment.yaml", "Deployment", set_value("spec.template.spec.containers.0.readinessProbe.httpGet.port", 9090)), "ties Envoy to the controller", Options(False, False, False)),
-    ("sidecar Envoy without the flag", edit_text("examples/sidecar/envoy-config.yaml", f"{STOP_ITERATION}: true", f"{STOP_ITERATION}: false"), STOP_ITERATION, Options(False, False, False)),
-    ("plain Envoy poller on a missing cluster", edit_text("examples/plain-envoy/envoy-config.yaml", '"controllerCluster": "wasm_epp_controller"', '"controllerCluster": "nowhere"'), "controllerCluster", Options(False, False, False)),
-    ("module copied elsewhere", edit_text("examples/plain-envoy/deployment.yaml", "/wasm/wasm-epp.wasm]", "/tmp/wasm-epp.wasm]"), "not copied", Options(False, False, False)),
-    ("manifest that does not parse", edit_text(f"{EG}/namespace.yaml", "kind: Namespace", "kind: Namespace\n  - : ["), "does not parse", Options(False, False, False)),
-    ("document without a namespace", edit_doc(f"{EG}/route.yaml", "HTTPRoute", delete("metadata.namespace")), "namespace", Options(False, False, False)),
-    ("kind apply without document separators", edit_text(KIND_DEMO, "printf '\\n---\\n'", "true"), "objects", Options(True, False, False)),
-    ("kind demo forgets a manifest", edit_text(KIND_DEMO, ' \\\n  "$MANIFESTS/inference-objectives.yaml"', ""), "never applied", Options(True, False, False)),
-    ("kind script with a syntax error", edit_text("examples/kind/kind-down.sh", "fi\n", "fi\nfi\n"), "bash -n", Options(True, False, False)),
-    ("kind script shellcheck finds", edit_text("examples/kind/kind-down.sh", "set -euo pipefail\n", "set -euo pipefail\nls $1\n"), "shellcheck", Options(True, False, False)),
+    ("InferencePool without targetPorts", edit_doc(f"{EG}/inference-pool.yaml", "InferencePool", delete("spec.targetPorts")), "targetPorts", Options(False, False)),
+    ("EEP without sha256", edit_doc(f"{EG}/wasm-epp-policies.yaml", "EnvoyExtensionPolicy", delete("spec.wasm.0.code.http.sha256")), "sha256", Options(False, False)),
+    ("EEP config names another cluster", edit_doc(f"{EG}/wasm-epp-policies.yaml", "EnvoyExtensionPolicy", set_value("spec.wasm.0.config.controllerCluster", "elsewhere")), "controllerCluster", Options(False, False)),
+    ("EEP code type Image", edit_doc(f"{EG}/wasm-epp-policies.yaml", "EnvoyExtensionPolicy", set_value("spec.wasm.0.code.type", "Image")), "code.type", Options(False, False)),
+    ("BTP reads another header", edit_doc(f"{EG}/route.yaml", "BackendTrafficPolicy", set_value("spec.loadBalancer.endpointOverride.extractFrom.0.header", "x-other")), DESTINATION_HEADER, Options(False, False)),
+    ("CTP default buffer", edit_doc(f"{EG}/route.yaml", "ClientTrafficPolicy", set_value("spec.connection.bufferLimit", "32Ki")), "bufferLimit", Options(False, False)),
+    ("HTTPRoute without timeout", edit_doc(f"{EG}/route.yaml", "HTTPRoute", delete("spec.rules.0.timeouts")), "timeouts.request", Options(False, False)),
+    ("HTTPRoute to a Service off the pool", edit_doc(f"{EG}/inference-pool.yaml", "Service", set_value("spec.ports.0.targetPort", 9000)), "targetPorts", Options(False, False)),
+    ("EnvoyProxy cluster renamed", edit_text(f"{EG}/gateway.yaml", "- name: wasm_epp_controller", "- name: controller"), "controllerCluster", Options(False, False)),
+    ("EnvoyProxy bootstrap Replace", edit_doc(f"{EG}/gateway.yaml", "EnvoyProxy", set_value("spec.bootstrap.type", "Replace")), "bootstrap.type", Options(False, False)),
+    ("patch on the wrong filter index", edit_text(f"{EG}/wasm-epp-policies.yaml", "/wasm/0'", "/wasm/1'"), "jsonPath", Options(False, False)),
+    ("patch on the wrong listener", edit_text(f"{EG}/wasm-epp-policies.yaml", "name: llm/inference-gateway/http", "name: llm/inference-gateway/https"), "listener", Options(False, False)),
+    ("patch without the flag", edit_doc(f"{EG}/wasm-epp-policies.yaml", "EnvoyPatchPolicy", set_value("spec.jsonPatches.0.operation.path", "/fail_open")), STOP_ITERATION, Options(False, False)),
+    ("controller probe on the wrong port", edit_doc(f"{EG}/controller.yaml", "Deployment", set_value("spec.template.spec.containers.0.readinessProbe.httpGet.port", "snapshot")), "readinessProbe", Options(False, False)),
+    ("controller replicas that do not peer", edit_doc(f"{EG}/controller.yaml", "Deployment", drop_args("--peers-dns")), "without --peers-dns", Options(False, False)),
+    ("peers Service with a virtual IP", edit_text(f"{EG}/controller.yaml", "clusterIP: None", "clusterIP: 10.96.0.9"), "not headless", Options(False, False)),
+    ("sidecar controller on loopback with peers", edit_text("examples/sidecar/deployment.yaml", "- 0.0.0.0:9002", "- 127.0.0.1:9002"), "loopback", Options(False, False)),
+    ("NetworkPolicy that closes the gateway", edit_text("examples/sidecar/deployment.yaml", "    - port: 10000\n", ""), "blocks port", Options(False, False)),
+    ("Role without watch", edit_doc(f"{EG}/controller.yaml", "Role", drop_verb), "watch", Options(False, False)),
+    ("Deployment fails the schema", edit_doc(f"{EG}/controller.yaml", "Deployment", set_value("spec.replicas", "two")), "schema", Options(False, False)),
+    ("Deployment with an unknown field", edit_doc("examples/sidecar/deployment.yaml", "Deployment", set_value("spec.replica", 2)), "schema", Options(False, False)),
+    ("sidecar Envoy with a liveness probe", edit_doc("examples/sidecar/deployment.yaml", "Deployment", set_value("spec.template.spec.containers.0.livenessProbe", {"httpGet": {"path": "/ready", "port": "ready"}})), "livenessProbe would restart Envoy", Options(False, False)),
+    ("sidecar Envoy ready only with the controller", edit_doc("examples/sidecar/deployment.yaml", "Deployment", set_value("spec.template.spec.containers.0.readinessProbe.httpGet.port", 9090)), "ties Envoy to the controller", Options(False, False)),
+    ("sidecar Envoy without the flag", edit_text("examples/sidecar/envoy-config.yaml", f"{STOP_ITERATION}: true", f"{STOP_ITERATION}: false"), STOP_ITERATION, Options(False, False)),
+    ("plain Envoy poller on a missing cluster", edit_text("examples/plain-envoy/envoy-config.yaml", '"controllerCluster": "wasm_epp_controller"', '"controllerCluster": "nowhere"'), "controllerCluster", Options(False, False)),
+    ("module copied elsewhere", edit_text("examples/plain-envoy/deployment.yaml", "/wasm/wasm-epp.wasm]", "/tmp/wasm-epp.wasm]"), "not copied", Options(False, False)),
+    ("manifest that does not parse", edit_text(f"{EG}/namespace.yaml", "kind: Namespace", "kind: Namespace\n  - : ["), "does not parse", Options(False, False)),
+    ("document without a namespace", edit_doc(f"{EG}/route.yaml", "HTTPRoute", delete("metadata.namespace")), "namespace", Options(False, False)),
+    ("kind apply without document separators", edit_text(KIND_DEMO, "printf '\\n---\\n'", "true"), "objects", Options(True, False)),
+    ("kind demo forgets a manifest", edit_text(KIND_DEMO, ' \\\n  "$MANIFESTS/inference-objectives.yaml"', ""), "never applied", Options(True, False)),
+    ("kind script with a syntax error", edit_text("examples/kind/kind-down.sh", "fi\n", "fi\nfi\n"), "bash -n", Options(True, False)),
+    ("kind script shellcheck finds", edit_text("examples/kind/kind-down.sh", "set -euo pipefail\n", "set -euo pipefail\nls $1\n"), "shellcheck", Options(True, False)),
 ]
-ENVOY_SELF_TEST = ("Envoy config field typo (envoy --mode validate)", edit_text("examples/sidecar/envoy-config.yaml", "stat_prefix: inference", "stat_prefx: inference"), "validate", Options(False, True, False))
-CONTROLLER_SELF_TEST = ("picker config with an unknown plugin (controller)", edit_text(f"{EG}/controller.yaml", "- type: queue-scorer", "- type: queue-scorr"), "queue-scorr", Options(False, False, True))
+ENVOY_SELF_TEST = ("Envoy config field typo (envoy --mode validate)", edit_text("examples/sidecar/envoy-config.yaml", "stat_prefix: inference", "stat_prefx: inference"), "validate", Options(False, True))
 
 
 def copy_examples(root: Path, dest: Path) -> None:
@@ -1243,16 +1134,14 @@ def self_test(ctx: Context) -> list[str]:
     tests = list(SELF_TESTS)
     if (ctx.root / ENVOY_BIN).exists() and (ctx.root / WASM_BUILD).exists():
         tests.append(ENVOY_SELF_TEST)
-    if (ctx.root / CONTROLLER_BIN).exists():
-        tests.append(CONTROLLER_SELF_TEST)
     missed = []
     with tempfile.TemporaryDirectory(prefix="check-k8s-") as tmp:
         intact = Path(tmp, "intact")
         copy_examples(ctx.root, intact)
-        baselines: dict[tuple[bool, bool, bool], set[str]] = {}
+        baselines: dict[tuple[bool, bool], set[str]] = {}
         for index, (what, mutate, expect, options) in enumerate(tests):
             sub = dataclasses.replace(ctx, options=options)
-            key = (options.scripts, options.envoy, options.controller_config)
+            key = (options.scripts, options.envoy)
             if key not in baselines:
                 baselines[key] = set(check_tree(intact, sub).failures)
             broken = Path(tmp, str(index))
@@ -1269,15 +1158,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--self-test", action="store_true", help="only check that broken copies of the examples fail")
     args = parser.parse_args()
-    flags, flags_source = controller_flags(ROOT)
-    filter_keys, poller_keys = plugin_config_keys(ROOT)
-    ctx = Context(ROOT, flags, flags_source, filter_keys, poller_keys, Options())
+    ctx = Context(ROOT, Options())
     failures: list[str] = []
     if not args.self_test:
         report = check_tree(ROOT, ctx)
         for note in report.notes:
             print(f"check-k8s: {note}")
-        print(f"check-k8s: controller flags from {flags_source}")
         failures += report.failures
     failures += [f"self-test: {m}" for m in self_test(ctx)]
     for f in failures:

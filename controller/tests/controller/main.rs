@@ -6,6 +6,7 @@ mod admin;
 mod apiserver;
 mod common;
 mod discovery;
+mod examples;
 mod fake_apiserver;
 mod k8s_fixtures;
 mod kubernetes;
