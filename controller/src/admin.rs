@@ -5,6 +5,10 @@
 //! - `GET /readyz` → 200 once discovery has loaded and a scrape round has completed, else 503.
 //! - `GET /metrics` → the controller's own metrics and the pool gauges (upstream EPP names).
 //! - `GET /debug/endpoints` → JSON array of every endpoint's metrics and scrape status.
+//!
+//! The metrics page is written here, not through a metrics crate: it is a few dozen lines
+//! rebuilt from the store on each scrape, and its names must match upstream's exactly
+//! (`prometheus-client` would render OpenMetrics and rename counters).
 
 use std::fmt::Write as _;
 use std::sync::Arc;

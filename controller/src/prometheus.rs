@@ -3,6 +3,10 @@
 //! Handles metric names, label sets (with `\\`, `\"` and `\n` escapes), values including `NaN`
 //! and `±Inf`, optional millisecond timestamps, comments (`# HELP`, `# TYPE`, `# EOF`) and blank
 //! lines. A malformed sample line makes the whole exposition invalid, as it does for Prometheus.
+//!
+//! Kept in the tree rather than taken from a crate because it runs on every scrape of every
+//! endpoint: samples borrow from the page (no copy of names or label values unless escaped), and
+//! the scrape loop reads only the few families an engine needs.
 
 use std::borrow::Cow;
 use std::fmt;

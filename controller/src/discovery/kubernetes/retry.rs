@@ -4,7 +4,8 @@
 //! `410 Gone`); this wrapper only decides how long to wait before letting it, and what to log.
 //! A resource that does not exist (`404`, usually a CRD that is not installed) is retried every
 //! [`NOT_FOUND_RETRY`]; other errors back off from [`FIRST_RETRY`] to [`MAX_RETRY`]. An expired
-//! watch (`410`) is routine and relists at once, silently.
+//! watch (`410`) is routine and relists at once, silently. (kube's own `default_backoff` backs
+//! off every error alike, so it cannot tell these apart.)
 
 use std::time::Duration;
 
