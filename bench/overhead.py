@@ -61,7 +61,7 @@ PHASES = (("headers", "headers read + control headers removed"),
           ("apply", "apply (header, in-flight)"),
           ("response", "response path"))
 # Seconds after which a filter instance that has routed nothing stops counting as an active
-# worker (`ACTIVE_MS` in src/exchange.rs), plus two heartbeats for its peers to hear it.
+# worker (`ACTIVE_MS` in src/exchange/mod.rs), plus two heartbeats for its peers to hear it.
 ACTIVE_S = 12.0
 # Endpoint counts whose pick runs are also timed phase by phase.
 PHASE_ENDPOINTS = (8, 1000)
