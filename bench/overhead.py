@@ -13,7 +13,7 @@ over the no-picker Envoy (p50/p99, median over rounds of the per-round differenc
 request of Envoy and of the ext_proc server from /proc (the controller, common to both, on
 its own line), and the time one pick takes at 8, 100 and 1,000 endpoints: inside Envoy (the
 filter's `wasmcustom.wasm_epp_decision_ns` histogram), in the ext_proc server (the same
-`Picker::decide`, native) and, in full mode, `cargo bench --bench pick`. Where a request's time
+`Director::decide`, native) and, in full mode, `cargo bench --bench pick`. Where a request's time
 goes inside the filter comes from a fourth Envoy running the filter built with the
 `phase-timers` feature (per-phase histograms), on the same load after the measured rounds.
 """
@@ -61,7 +61,7 @@ PHASES = (("headers", "headers read + control headers removed"),
           ("apply", "apply (header, in-flight)"),
           ("response", "response path"))
 # Seconds after which a filter instance that has routed nothing stops counting as an active
-# worker (`ACTIVE_MS` in src/exchange.rs), plus two heartbeats for its peers to hear it.
+# worker (`ACTIVE_MS` in src/exchange/mod.rs), plus two heartbeats for its peers to hear it.
 ACTIVE_S = 12.0
 # Endpoint counts whose pick runs are also timed phase by phase.
 PHASE_ENDPOINTS = (8, 1000)
@@ -497,7 +497,7 @@ def markdown(ctx, latency: dict, pick: dict, figure: str) -> str:
         "Envoy buffer the body and sets the destination header round-robin — no body copy, no "
         "parse, no shared data: what any picker that reads the prompt pays this Envoy before "
         "deciding anything), **wasm-epp** (the filter, ORIGINAL_DST) and **ext_proc** "
-        "(`wasm-epp-extproc`: the same `Picker::decide`, snapshot long-poll, prefix index and "
+        "(`wasm-epp-extproc`: the same `Director::decide`, snapshot long-poll, prefix index and "
         "in-flight counts, one gRPC hop away; request headers SEND, request body "
         "FULL_DUPLEX_STREAMED as the upstream EPP requires, the body streamed back in "
         "≤62,000-byte chunks, the routing header answered with `clear_route_cache`, response "
@@ -564,7 +564,7 @@ def markdown(ctx, latency: dict, pick: dict, figure: str) -> str:
         "",
         "**Time of one decision in those runs** (µs, all requests of that size, warm-up "
         "included; 3 endpoints): the filter's `wasmcustom.wasm_epp_decision_ns` inside "
-        "Envoy (Wasm under V8) against the same `Picker::decide` timed natively in the ext_proc "
+        "Envoy (Wasm under V8) against the same `Director::decide` timed natively in the ext_proc "
         "server. Parsing the body and hashing the prompt for the prefix index grow with the "
         "prompt, so this is where a large prompt's cost goes in each design:",
         "",
@@ -598,7 +598,7 @@ def markdown(ctx, latency: dict, pick: dict, figure: str) -> str:
         "768-byte prefix; one real simulator, the other endpoints addresses where nothing "
         "listens): inside Envoy is the filter's `wasmcustom.wasm_epp_decision_ns` histogram "
         "(Wasm under V8, snapshot read from shared data included); the ext_proc server times "
-        "the same `Picker::decide` natively"
+        "the same `Director::decide` natively"
         + ("; `cargo bench --bench pick` is the same decision in a loop, no I/O." if not ctx.quick
            else " (quick mode skips `cargo bench --bench pick`)."),
         "",

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use wasm_epp::picker::{Incoming, Outcome, Picker};
+use wasm_epp::director::{Director, Incoming, Outcome};
 use wasm_epp::plugin_config::FilterConfig;
 use wasm_epp::scheduler::prefix::PrefixIndex;
 use wasm_epp::scheduler::profile::Profile;
@@ -52,12 +52,12 @@ fn quantiles(samples: &mut [f64]) -> (f64, f64, f64) {
     (at(0.5), at(0.9), at(0.99))
 }
 
-/// Times one decision per body over `snapshot` with a fresh picker and prefix index (each
+/// Times one decision per body over `snapshot` with a fresh director and prefix index (each
 /// body is built just before its decision, outside the timed part).
 fn time_decisions(snapshot: &Snapshot, bodies: impl Iterator<Item = String>) -> (f64, f64, f64) {
     let config = FilterConfig::default();
     let mut store = PrefixIndex::new(config.prefix_index_buckets);
-    let mut picker = Picker::new(1);
+    let mut director = Director::new(1);
     let mut samples = Vec::new();
     for body in bodies {
         let incoming = Incoming {
@@ -66,7 +66,7 @@ fn time_decisions(snapshot: &Snapshot, bodies: impl Iterator<Item = String>) -> 
             ..Incoming::default()
         };
         let start = Instant::now();
-        let outcome = picker.decide(Some(snapshot), &config, &incoming, |_| 0, &mut store);
+        let outcome = director.decide(Some(snapshot), &config, &incoming, |_| 0, &mut store);
         samples.push(start.elapsed().as_nanos() as f64 / 1000.0);
         assert!(matches!(outcome, Outcome::Route(_)), "{outcome:?}");
     }

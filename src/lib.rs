@@ -5,12 +5,12 @@
 //! `proxy` feature, a thin Proxy-Wasm shell that wires them into Envoy.
 
 pub mod admission;
+pub mod director;
 pub mod errors;
 pub mod exchange;
 pub mod header_map;
 pub mod lease;
 pub mod phases;
-pub mod picker;
 pub mod plugin_config;
 pub mod replica_records;
 pub mod request;

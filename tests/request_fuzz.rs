@@ -9,7 +9,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use wasm_epp::picker::{Incoming, Outcome, Picker};
+use wasm_epp::director::{Director, Incoming, Outcome};
 use wasm_epp::plugin_config::FilterConfig;
 use wasm_epp::scheduler::prefix::PrefixIndex;
 use wasm_epp::scheduler::profile::Profile;
@@ -155,7 +155,7 @@ fn every_fuzzed_request_is_decided_with_a_client_error_or_a_member() {
     let config = FilterConfig::default();
     let mut store = PrefixIndex::new(config.prefix_index_buckets);
     let members: Vec<String> = snapshot.endpoints.iter().map(Endpoint::host_port).collect();
-    let mut picker = Picker::new(7);
+    let mut director = Director::new(7);
     let mut rng = Rng::new(0x5eed);
     let (mut routed, mut rejected) = (0, 0);
     for case in 0..CASES {
@@ -172,7 +172,7 @@ fn every_fuzzed_request_is_decided_with_a_client_error_or_a_member() {
             now_unix_ms: 1_000,
         };
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            picker.decide(Some(&snapshot), &config, &incoming, |_| 1, &mut store)
+            director.decide(Some(&snapshot), &config, &incoming, |_| 1, &mut store)
         }))
         .unwrap_or_else(|_| panic!("case {case} panicked: {incoming:?}"));
         match outcome {

@@ -2,11 +2,14 @@
 //!
 //! The controller compiles an upstream `EndpointPickerConfig` into this form; it travels in the
 //! snapshot, so a configuration change reaches Envoy without a restart. Plugin `type` names and
-//! parameter names are the upstream ones.
+//! parameter names are the upstream ones; each plugin's module holds its `type` as `TYPE`
+//! (serde's `rename` below needs the literal, and a test checks that the two agree).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use super::scorers::{kv_cache_utilization_scorer, prefix_cache_scorer, queue_scorer};
 
 /// One scheduling profile: filters in order, then the weighted sum of scorers, then one picker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -250,17 +253,17 @@ impl Default for Profile {
             filters: Vec::new(),
             scorers: vec![
                 WeightedScorer {
-                    name: "queue-scorer".to_string(),
+                    name: queue_scorer::TYPE.to_string(),
                     weight: 2.0,
                     scorer: ScorerSpec::Queue,
                 },
                 WeightedScorer {
-                    name: "kv-cache-utilization-scorer".to_string(),
+                    name: kv_cache_utilization_scorer::TYPE.to_string(),
                     weight: 2.0,
                     scorer: ScorerSpec::KvCacheUtilization,
                 },
                 WeightedScorer {
-                    name: "prefix-cache-scorer".to_string(),
+                    name: prefix_cache_scorer::TYPE.to_string(),
                     weight: 3.0,
                     scorer: ScorerSpec::PrefixCache(PrefixCacheParams::default()),
                 },
@@ -269,6 +272,99 @@ impl Default for Profile {
                 max_num_of_endpoints: 1,
             },
             saturation_detector: UtilizationParams::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::filters::{
+        decode_filter, label_selector_filter, prefill_filter, utilization_detector,
+    };
+    use crate::scheduler::pickers::{max_score_picker, random_picker, weighted_random_picker};
+    use crate::scheduler::scorers::{
+        active_request_scorer, load_aware_scorer, lora_affinity_scorer,
+        running_requests_size_scorer, session_affinity_scorer,
+    };
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    /// The plugin module's `TYPE` for each variant: a new variant does not compile until it
+    /// names its module here.
+    fn scorer_type(spec: &ScorerSpec) -> &'static str {
+        match spec {
+            ScorerSpec::Queue => queue_scorer::TYPE,
+            ScorerSpec::KvCacheUtilization => kv_cache_utilization_scorer::TYPE,
+            ScorerSpec::PrefixCache(_) => prefix_cache_scorer::TYPE,
+            ScorerSpec::ActiveRequest(_) => active_request_scorer::TYPE,
+            ScorerSpec::LoraAffinity => lora_affinity_scorer::TYPE,
+            ScorerSpec::RunningRequestsSize => running_requests_size_scorer::TYPE,
+            ScorerSpec::LoadAware(_) => load_aware_scorer::TYPE,
+            ScorerSpec::SessionAffinity => session_affinity_scorer::TYPE,
+        }
+    }
+
+    fn picker_type(spec: &PickerSpec) -> &'static str {
+        match spec {
+            PickerSpec::MaxScore { .. } => max_score_picker::TYPE,
+            PickerSpec::WeightedRandom { .. } => weighted_random_picker::TYPE,
+            PickerSpec::Random { .. } => random_picker::TYPE,
+        }
+    }
+
+    fn filter_type(spec: &FilterSpec) -> &'static str {
+        match spec {
+            FilterSpec::LabelSelector(_) => label_selector_filter::TYPE,
+            FilterSpec::UtilizationDetector(_) => utilization_detector::TYPE,
+            FilterSpec::Decode => decode_filter::TYPE,
+            FilterSpec::Prefill => prefill_filter::TYPE,
+        }
+    }
+
+    /// The `type` tag `value` serialises with.
+    fn tag(value: &impl Serialize) -> String {
+        let json = serde_json::to_value(value).unwrap();
+        json["type"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn every_variant_is_tagged_with_its_modules_type() {
+        let scorers = [
+            ScorerSpec::Queue,
+            ScorerSpec::KvCacheUtilization,
+            ScorerSpec::PrefixCache(PrefixCacheParams::default()),
+            ScorerSpec::ActiveRequest(ActiveRequestParams::default()),
+            ScorerSpec::LoraAffinity,
+            ScorerSpec::RunningRequestsSize,
+            ScorerSpec::LoadAware(LoadAwareParams::default()),
+            ScorerSpec::SessionAffinity,
+        ];
+        for spec in &scorers {
+            assert_eq!(tag(spec), scorer_type(spec), "{spec:?}");
+        }
+        let pickers = [
+            PickerSpec::MaxScore {
+                max_num_of_endpoints: 1,
+            },
+            PickerSpec::WeightedRandom {
+                max_num_of_endpoints: 1,
+            },
+            PickerSpec::Random {
+                max_num_of_endpoints: 1,
+            },
+        ];
+        for spec in &pickers {
+            assert_eq!(tag(spec), picker_type(spec), "{spec:?}");
+        }
+        let filters = [
+            FilterSpec::LabelSelector(LabelSelector::default()),
+            FilterSpec::UtilizationDetector(UtilizationParams::default()),
+            FilterSpec::Decode,
+            FilterSpec::Prefill,
+        ];
+        for spec in &filters {
+            assert_eq!(tag(spec), filter_type(spec), "{spec:?}");
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The per-request HTTP context: reads and strips the control headers, buffers the body, asks
-//! the picker, applies the outcome (destination header, rewritten body, or a local error
+//! the director, applies the outcome (destination header, rewritten body, or a local error
 //! reply), and on the way back adds the response headers and rewrites the model name back.
 //!
 //! Host calls per request are a fixed handful whatever the prompt and the pool (each is
@@ -21,10 +21,10 @@ use super::phase_metrics::{timed, ShimPhase};
 use super::request_headers::RequestHeaders;
 use super::shared;
 use super::worker::Worker;
-use crate::errors::{InferenceError, DROPPED_REASON_HEADER};
-use crate::picker::{
+use crate::director::{
     Controls, Outcome, CONTROL_HEADERS, DECISION_HEADER, DESTINATION_HEADER, SESSION_TOKEN_HEADER,
 };
+use crate::errors::{InferenceError, DROPPED_REASON_HEADER};
 use crate::rewrite::ResponseModelRewriter;
 
 /// One request's filter state.

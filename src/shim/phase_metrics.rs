@@ -110,7 +110,7 @@ pub fn record_decision(phases: &Phases) {
     let _ = phases;
 }
 
-/// The clock the picker times its phases with, when the feature is on.
+/// The clock the director times its phases with, when the feature is on.
 pub fn clock() -> Option<fn() -> u64> {
     #[cfg(feature = "phase-timers")]
     return enabled::clock();

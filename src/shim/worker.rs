@@ -1,5 +1,5 @@
 //! The per-worker state every HTTP context of one Envoy worker shares: the decoded snapshot,
-//! the picker, this worker's prefix index and in-flight counts, and its side of the exchange
+//! the director, this worker's prefix index and in-flight counts, and its side of the exchange
 //! with the other workers ([`crate::exchange`]). A decision makes no host call for the
 //! snapshot (the poller's notice in the worker's inbox has it decoded there) and, when the
 //! worker has peers, enqueues one message to each; the worker's inbox callback learns theirs.
@@ -13,8 +13,8 @@ use proxy_wasm::types::MetricType;
 use super::calls::{self, counted};
 use super::phase_metrics;
 use super::shared::{self, now_ns, now_unix_ms, QueueHost, SharedHost};
+use crate::director::{Director, Incoming, Outcome};
 use crate::exchange::Exchange;
-use crate::picker::{Incoming, Outcome, Picker};
 use crate::plugin_config::FilterConfig;
 use crate::scheduler::prefix::PrefixIndex;
 use crate::snapshot::Snapshot;
@@ -43,7 +43,7 @@ impl Metrics {
 /// State of one worker's filter, shared by its HTTP contexts.
 pub struct Worker {
     config: FilterConfig,
-    picker: Picker,
+    director: Director,
     index: PrefixIndex,
     /// This worker's requests in flight per endpoint key.
     in_flight: HashMap<u64, u32>,
@@ -65,9 +65,9 @@ impl Worker {
         Worker {
             index: PrefixIndex::new(config.prefix_index_buckets),
             config,
-            picker: match phase_metrics::clock() {
-                Some(clock) => Picker::with_clock(now_ns(), clock),
-                None => Picker::new(now_ns()),
+            director: match phase_metrics::clock() {
+                Some(clock) => Director::with_clock(now_ns(), clock),
+                None => Director::new(now_ns()),
             },
             in_flight: HashMap::new(),
             exchange: Exchange::new(),
@@ -97,7 +97,7 @@ impl Worker {
         }
         let exchange = &self.exchange;
         let local = &self.in_flight;
-        let outcome = self.picker.decide(
+        let outcome = self.director.decide(
             self.snapshot.as_deref(),
             &self.config,
             incoming,
@@ -111,7 +111,7 @@ impl Worker {
             let elapsed = counted(now_ns()).saturating_sub(started_ns);
             let _ = counted(hostcalls::record_metric(id, elapsed));
         }
-        phase_metrics::record_decision(&self.picker.phases());
+        phase_metrics::record_decision(&self.director.phases());
         outcome
     }
 

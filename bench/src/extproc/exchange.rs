@@ -21,8 +21,8 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
+use wasm_epp::director::{Controls, Outcome};
 use wasm_epp::errors::InferenceError;
-use wasm_epp::picker::{Controls, Outcome};
 
 use super::picking::{InFlight, PickState};
 use super::replies::{self, Routing};
@@ -210,7 +210,7 @@ mod tests {
     use envoy_types::pb::envoy::service::ext_proc::v3::{
         HttpBody, HttpHeaders, HttpTrailers, ProtocolConfiguration,
     };
-    use wasm_epp::picker::{DESTINATION_HEADER, SUBSET_HEADER};
+    use wasm_epp::director::{DESTINATION_HEADER, SUBSET_HEADER};
 
     fn state(endpoints: u8) -> Arc<PickState> {
         let state = Arc::new(PickState::new(7));

@@ -1,5 +1,5 @@
 //! `wasm-epp-extproc`: the upstream design as a baseline, an Envoy ext_proc gRPC server making
-//! the same pick as the wasm-epp filter ([`wasm_epp::picker::Picker::decide`], the snapshot's
+//! the same pick as the wasm-epp filter ([`wasm_epp::director::Director::decide`], the snapshot's
 //! profile, an in-memory prefix index, in-flight counts) one network hop away from Envoy.
 //!
 //! It follows the controller's snapshot like the filter's poller ([`poll`]), and speaks

@@ -1,5 +1,5 @@
-//! The picker state every ext_proc stream shares: the newest snapshot, one
-//! [`Picker`](wasm_epp::picker::Picker) with an in-memory prefix index, per-endpoint in-flight
+//! The decision state every ext_proc stream shares: the newest snapshot, one
+//! [`Director`](wasm_epp::director::Director) with an in-memory prefix index, per-endpoint in-flight
 //! counts and the time each decision took. The same decision the Wasm filter makes, with the
 //! same defaults ([`FilterConfig::default`]: fail-close, 16,384 prefix buckets).
 
@@ -7,17 +7,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use wasm_epp::picker::{Incoming, Outcome, Picker};
+use wasm_epp::director::{Director, Incoming, Outcome};
 use wasm_epp::plugin_config::FilterConfig;
 use wasm_epp::scheduler::prefix::PrefixIndex;
 use wasm_epp::snapshot::{Snapshot, SnapshotId};
 
 use super::timing::Durations;
 
-/// The picker and the prefix index it reads and updates, used under one lock.
+/// The director and the prefix index it reads and updates, used under one lock.
 #[derive(Debug)]
 struct Scheduling {
-    picker: Picker,
+    director: Director,
     prefix_index: PrefixIndex,
 }
 
@@ -51,7 +51,7 @@ impl PickState {
         let config = FilterConfig::default();
         PickState {
             scheduling: Mutex::new(Scheduling {
-                picker: Picker::new(seed),
+                director: Director::new(seed),
                 prefix_index: PrefixIndex::new(config.prefix_index_buckets),
             }),
             config,
@@ -105,10 +105,10 @@ impl PickState {
         let outcome = {
             let mut scheduling = lock(&self.scheduling);
             let Scheduling {
-                picker,
+                director,
                 prefix_index,
             } = &mut *scheduling;
-            picker.decide(
+            director.decide(
                 snapshot.as_deref(),
                 &self.config,
                 &incoming,

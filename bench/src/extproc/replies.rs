@@ -14,8 +14,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     ProcessingResponse, StreamedBodyResponse, TrailersResponse,
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use wasm_epp::director::DESTINATION_HEADER;
 use wasm_epp::errors::{InferenceError, DROPPED_REASON_HEADER};
-use wasm_epp::picker::DESTINATION_HEADER;
 
 /// Largest body chunk sent back in one message (upstream's margin under 64 KiB).
 pub const MAX_BODY_CHUNK: usize = 62_000;

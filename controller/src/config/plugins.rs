@@ -7,6 +7,7 @@ use wasm_epp::scheduler::profile::{
     UtilizationParams,
 };
 use wasm_epp::scheduler::scorers::session_affinity_scorer::TOKEN_HEADER as SESSION_TOKEN_HEADER;
+use wasm_epp::scheduler::{filters, pickers, prefix, scorers};
 
 use super::selector;
 use crate::discovery::file::FileSource;
@@ -144,15 +145,15 @@ pub(crate) fn build(
         Ok(Plugin::Inherent(role))
     };
     match plugin_type {
-        "queue-scorer" => {
+        scorers::queue_scorer::TYPE => {
             params(&[], &[])?;
             Ok(scorer(ScorerSpec::Queue))
         }
-        "kv-cache-utilization-scorer" => {
+        scorers::kv_cache_utilization_scorer::TYPE => {
             params(&[], &[])?;
             Ok(scorer(ScorerSpec::KvCacheUtilization))
         }
-        "prefix-cache-scorer" => prefix_scorer(&params(
+        scorers::prefix_cache_scorer::TYPE => prefix_scorer(&params(
             &[
                 "matchLengthWeight",
                 "matchLengthScaleTokens",
@@ -160,18 +161,18 @@ pub(crate) fn build(
             ],
             &[],
         )?),
-        "active-request-scorer" => {
+        scorers::active_request_scorer::TYPE => {
             active_request_scorer(&params(&["idleThreshold", "maxBusyScore"], &[])?)
         }
-        "lora-affinity-scorer" => {
+        scorers::lora_affinity_scorer::TYPE => {
             params(&[], &[])?;
             Ok(scorer(ScorerSpec::LoraAffinity))
         }
-        "running-requests-size-scorer" => {
+        scorers::running_requests_size_scorer::TYPE => {
             params(&[], &[])?;
             Ok(scorer(ScorerSpec::RunningRequestsSize))
         }
-        "load-aware-scorer" => {
+        scorers::load_aware_scorer::TYPE => {
             let params = params(&["threshold"], &[])?;
             let mut load = LoadAwareParams::default();
             if let Some(threshold) = params.positive("threshold")? {
@@ -179,7 +180,7 @@ pub(crate) fn build(
             }
             Ok(scorer(ScorerSpec::LoadAware(load)))
         }
-        "session-affinity-scorer" => session_affinity_scorer(&params(
+        scorers::session_affinity_scorer::TYPE => session_affinity_scorer(&params(
             &["strategy", "headerName"],
             &[
                 "profileName",
@@ -189,7 +190,7 @@ pub(crate) fn build(
                 "algorithm",
             ],
         )?),
-        "approx-prefix-cache-producer" => prefix_producer(
+        prefix::TYPE => prefix_producer(
             &params(
                 &[
                     "autoTune",
@@ -201,27 +202,29 @@ pub(crate) fn build(
             )?,
             warnings,
         ),
-        "max-score-picker" => Ok(Plugin::Picker(PickerSpec::MaxScore {
+        pickers::max_score_picker::TYPE => Ok(Plugin::Picker(PickerSpec::MaxScore {
             max_num_of_endpoints: max_endpoints(&params(&["maxNumOfEndpoints"], &[])?)?,
         })),
-        "random-picker" => Ok(Plugin::Picker(PickerSpec::Random {
+        pickers::random_picker::TYPE => Ok(Plugin::Picker(PickerSpec::Random {
             max_num_of_endpoints: max_endpoints(&params(&["maxNumOfEndpoints"], &[])?)?,
         })),
-        "weighted-random-picker" => Ok(Plugin::Picker(PickerSpec::WeightedRandom {
+        pickers::weighted_random_picker::TYPE => Ok(Plugin::Picker(PickerSpec::WeightedRandom {
             max_num_of_endpoints: max_endpoints(&params(&["maxNumOfEndpoints"], &[])?)?,
         })),
-        "label-selector-filter" | "by-label-selector" => Ok(Plugin::Filter(
-            FilterSpec::LabelSelector(selector::parse(&params_at, parameters, warnings)?),
-        )),
-        "decode-filter" => {
+        filters::label_selector_filter::TYPE | filters::label_selector_filter::OLD_TYPE => {
+            Ok(Plugin::Filter(FilterSpec::LabelSelector(selector::parse(
+                &params_at, parameters, warnings,
+            )?)))
+        }
+        filters::decode_filter::TYPE => {
             params(&[], &[])?;
             Ok(Plugin::Filter(FilterSpec::Decode))
         }
-        "prefill-filter" => {
+        filters::prefill_filter::TYPE => {
             params(&[], &[])?;
             Ok(Plugin::Filter(FilterSpec::Prefill))
         }
-        "utilization-detector" => utilization_detector(&params(
+        filters::utilization_detector::TYPE => utilization_detector(&params(
             &[
                 "queueDepthThreshold",
                 "kvCacheUtilThreshold",

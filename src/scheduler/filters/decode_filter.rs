@@ -3,6 +3,9 @@
 
 use crate::snapshot::Endpoint;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "decode-filter";
+
 /// Whether the filter keeps `endpoint`.
 pub fn keeps(endpoint: &Endpoint) -> bool {
     matches!(

@@ -5,6 +5,11 @@ use std::collections::BTreeMap;
 
 use crate::scheduler::profile::{LabelSelector, LabelSelectorOperator};
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "label-selector-filter";
+/// The plugin's old `type` name, still accepted in an EndpointPickerConfig.
+pub const OLD_TYPE: &str = "by-label-selector";
+
 /// Whether `labels` satisfy `selector`.
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     selector

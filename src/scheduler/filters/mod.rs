@@ -1,9 +1,10 @@
-//! Filter plugins, one file each, named like their upstream config `type`. A filter narrows
-//! the candidate list (indices into the snapshot's endpoints), keeping their order.
+//! Filter plugins, one file each, named like their upstream config `type`, which each holds as
+//! `TYPE`. A filter narrows the candidate list (indices into the snapshot's endpoints), keeping
+//! their order.
 
-mod decode_filter;
-mod label_selector_filter;
-mod prefill_filter;
+pub mod decode_filter;
+pub mod label_selector_filter;
+pub mod prefill_filter;
 pub mod utilization_detector;
 
 use super::profile::FilterSpec;

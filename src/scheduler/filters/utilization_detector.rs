@@ -6,6 +6,9 @@
 use crate::scheduler::profile::UtilizationParams;
 use crate::snapshot::Endpoint;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "utilization-detector";
+
 /// Whether the endpoint's metrics are younger than the staleness threshold.
 pub fn is_fresh(params: &UtilizationParams, endpoint: &Endpoint, now_unix_ms: u64) -> bool {
     endpoint

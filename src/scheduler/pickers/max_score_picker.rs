@@ -3,6 +3,9 @@
 
 use crate::scheduler::rng::Rng;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "max-score-picker";
+
 /// Up to `n` indices (at least one when there are candidates), best first.
 pub fn pick(totals: &[f64], n: usize, rng: &mut Rng) -> Vec<usize> {
     if n <= 1 {

@@ -1,8 +1,9 @@
-//! Picker plugins, one file each, named like their upstream config `type`.
+//! Picker plugins, one file each, named like their upstream config `type`, which each holds as
+//! `TYPE`.
 
-mod max_score_picker;
-mod random_picker;
-mod weighted_random_picker;
+pub mod max_score_picker;
+pub mod random_picker;
+pub mod weighted_random_picker;
 
 use super::profile::PickerSpec;
 use super::rng::Rng;

@@ -2,6 +2,9 @@
 
 use crate::scheduler::rng::Rng;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "random-picker";
+
 /// Up to `n` distinct random indices below `candidates` (at least one when there are any).
 pub fn pick(candidates: usize, n: usize, rng: &mut Rng) -> Vec<usize> {
     let mut order: Vec<usize> = (0..candidates).collect();

@@ -4,6 +4,9 @@
 
 use crate::scheduler::rng::Rng;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "weighted-random-picker";
+
 /// Up to `n` distinct indices (at least one when there are candidates).
 pub fn pick(totals: &[f64], n: usize, rng: &mut Rng) -> Vec<usize> {
     if totals.iter().all(|&t| t.is_nan() || t <= 0.0) {

@@ -14,6 +14,10 @@ use super::Request;
 use crate::phases::{Phase, PhaseTimer};
 use crate::snapshot::Endpoint;
 
+/// The producer's `type` in an EndpointPickerConfig `plugins` entry (the snapshot's profile
+/// carries its parameters with `prefix-cache-scorer`'s).
+pub const TYPE: &str = "approx-prefix-cache-producer";
+
 /// Smallest block, in tokens, the producer hashes (bounds the index's memory).
 pub const MIN_BLOCK_SIZE_TOKENS: u64 = 64;
 

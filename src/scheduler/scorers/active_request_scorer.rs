@@ -5,6 +5,9 @@
 use crate::scheduler::profile::ActiveRequestParams;
 use crate::scheduler::ScoringInput;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "active-request-scorer";
+
 /// One score per candidate.
 pub fn score(params: &ActiveRequestParams, input: &ScoringInput<'_>) -> Vec<f64> {
     let count = |i: usize| input.in_flight.get(i).copied().unwrap_or(0);

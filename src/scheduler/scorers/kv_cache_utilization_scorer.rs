@@ -2,6 +2,9 @@
 
 use crate::scheduler::ScoringInput;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "kv-cache-utilization-scorer";
+
 /// One score per candidate.
 pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
     input

@@ -4,6 +4,9 @@
 use crate::scheduler::profile::LoadAwareParams;
 use crate::scheduler::ScoringInput;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "load-aware-scorer";
+
 /// One score per candidate.
 pub fn score(params: &LoadAwareParams, input: &ScoringInput<'_>) -> Vec<f64> {
     let threshold = params.threshold.max(1) as f64;

@@ -4,6 +4,9 @@
 
 use crate::scheduler::ScoringInput;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "lora-affinity-scorer";
+
 /// One score per candidate.
 pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
     let model = input.request.model;

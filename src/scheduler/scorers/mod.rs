@@ -1,13 +1,13 @@
-//! Scorer plugins, one file each, named like their upstream config `type`.
-//! Each returns one raw score per candidate; the scheduler clamps and weights them.
+//! Scorer plugins, one file each, named like their upstream config `type`, which each holds as
+//! `TYPE`. Each returns one raw score per candidate; the scheduler clamps and weights them.
 
-mod active_request_scorer;
-mod kv_cache_utilization_scorer;
-mod load_aware_scorer;
-mod lora_affinity_scorer;
-mod prefix_cache_scorer;
-mod queue_scorer;
-mod running_requests_size_scorer;
+pub mod active_request_scorer;
+pub mod kv_cache_utilization_scorer;
+pub mod load_aware_scorer;
+pub mod lora_affinity_scorer;
+pub mod prefix_cache_scorer;
+pub mod queue_scorer;
+pub mod running_requests_size_scorer;
 pub mod session_affinity_scorer;
 
 use super::profile::ScorerSpec;

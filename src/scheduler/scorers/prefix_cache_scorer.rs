@@ -4,6 +4,9 @@
 use crate::scheduler::profile::PrefixCacheParams;
 use crate::scheduler::ScoringInput;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "prefix-cache-scorer";
+
 /// One score per candidate.
 pub fn score(params: &PrefixCacheParams, input: &ScoringInput<'_>) -> Vec<f64> {
     let Some(prefix) = input.prefix else {

@@ -3,6 +3,9 @@
 
 use crate::scheduler::ScoringInput;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "queue-scorer";
+
 /// One score per candidate.
 pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
     super::lower_is_better(

@@ -8,6 +8,9 @@ use base64::Engine as _;
 
 use crate::scheduler::ScoringInput;
 
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "session-affinity-scorer";
+
 /// Request and response header carrying the session token.
 pub const TOKEN_HEADER: &str = "x-session-token";
 

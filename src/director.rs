@@ -1,6 +1,7 @@
-//! One request's decision, from the snapshot and the request to a destination or an error:
-//! subset hint → body parsing → model rewrite → admission → scheduling. Plain Rust: the
-//! Proxy-Wasm shell only supplies the inputs and applies the outcome.
+//! The director (upstream's name for it): one request's decision, from the snapshot and the
+//! request to a destination or an error: subset hint → body parsing → model rewrite →
+//! admission → scheduling. Plain Rust: the Proxy-Wasm shell only supplies the inputs and
+//! applies the outcome.
 
 use crate::admission;
 use crate::errors::InferenceError;
@@ -146,26 +147,26 @@ pub enum Outcome {
     Reject(InferenceError),
 }
 
-/// Per-worker picking state: the random generator for tie-breaks and weighted choices, and
+/// Per-worker decision state: the random generator for tie-breaks and weighted choices, and
 /// the timer that splits decisions into phases when given a clock.
 #[derive(Debug)]
-pub struct Picker {
+pub struct Director {
     rng: Rng,
     timer: PhaseTimer,
 }
 
-impl Picker {
-    /// A picker whose random choices start from `seed`.
-    pub fn new(seed: u64) -> Picker {
-        Picker {
+impl Director {
+    /// A director whose random choices start from `seed`.
+    pub fn new(seed: u64) -> Director {
+        Director {
             rng: Rng::new(seed),
             timer: PhaseTimer::off(),
         }
     }
 
     /// Like [`new`](Self::new), timing each decision's phases with `clock` (nanoseconds).
-    pub fn with_clock(seed: u64, clock: fn() -> u64) -> Picker {
-        Picker {
+    pub fn with_clock(seed: u64, clock: fn() -> u64) -> Director {
+        Director {
             rng: Rng::new(seed),
             timer: PhaseTimer::with_clock(clock),
         }
@@ -433,7 +434,7 @@ mod tests {
     }
 
     fn decide(s: Option<&Snapshot>, config: &FilterConfig, incoming: &Incoming<'_>) -> Outcome {
-        Picker::new(1).decide(s, config, incoming, |_| 0, &mut PrefixIndex::new(64))
+        Director::new(1).decide(s, config, incoming, |_| 0, &mut PrefixIndex::new(64))
     }
 
     fn route(outcome: Outcome) -> Route {
@@ -550,7 +551,7 @@ mod tests {
     #[test]
     fn header_only_requests_go_to_a_random_endpoint() {
         let s = snapshot(vec![endpoint(1, 0, 0.0), endpoint(2, 0, 0.0)]);
-        let mut p = Picker::new(9);
+        let mut p = Director::new(9);
         let mut store = PrefixIndex::new(4);
         let models = Incoming {
             path: "/v1/models",
@@ -581,7 +582,7 @@ mod tests {
         }];
         let busy_first = |e: &Endpoint| if e.address == "10.0.0.1" { 5 } else { 0 };
         for seed in 0..10 {
-            let out = Picker::new(seed).decide(
+            let out = Director::new(seed).decide(
                 Some(&s),
                 &FilterConfig::default(),
                 &completion(),
@@ -743,7 +744,7 @@ mod tests {
                 session_token: Some(&token),
                 ..completion()
             };
-            let r = route(Picker::new(seed).decide(
+            let r = route(Director::new(seed).decide(
                 Some(&s),
                 &FilterConfig::default(),
                 &incoming,
