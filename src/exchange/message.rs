@@ -28,8 +28,10 @@ pub struct Message {
 }
 
 impl Message {
-    /// Writes the stored form (little-endian 64-bit words) into `out`, replacing its content.
-    pub fn encode_into(&self, out: &mut Vec<u8>) {
+    /// Writes the stored form into `out`, replacing its content (the workers call `encode` with
+    /// borrowed parts instead).
+    #[cfg(test)]
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
         encode(
             out,
             &self.sender,
@@ -40,7 +42,7 @@ impl Message {
         );
     }
 
-    /// Decodes [`encode_into`](Self::encode_into)'s form; `None` for anything else.
+    /// Decodes the stored form `encode` writes; `None` for anything else.
     pub fn decode(bytes: &[u8]) -> Option<Message> {
         if bytes.len() % 8 != 0 {
             return None;
