@@ -23,7 +23,8 @@ pub struct Message {
     pub active: bool,
     /// In-flight counts (or changes) by endpoint key.
     pub counts: Vec<(u64, i64)>,
-    /// Prefix record groups, in [`PrefixIndex::outbox`](crate::scheduler::prefix::PrefixIndex::outbox)'s form.
+    /// Prefix record groups, in the form of
+    /// [`PrefixIndex::outbox`](crate::scheduler::prefix::PrefixIndex::outbox).
     pub records: Vec<u64>,
 }
 
