@@ -112,11 +112,6 @@ impl Uplink {
         self.pending.clear();
     }
 
-    /// Hashes dropped so far because too many waited.
-    pub fn dropped(&self) -> u64 {
-        self.dropped
-    }
-
     /// The next upload: whole groups, at most [`MAX_BATCH_WORDS`], as little-endian bytes
     /// (empty when nothing waits).
     pub fn take_batch(&mut self) -> Vec<u8> {
@@ -153,6 +148,13 @@ pub fn words(body: &[u8], max_words: usize) -> Option<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Uplink {
+        /// Hashes dropped so far because too many waited.
+        fn dropped(&self) -> u64 {
+            self.dropped
+        }
+    }
 
     /// A worker's uplink message carrying `records`.
     fn message(records: &[u64]) -> Vec<u8> {

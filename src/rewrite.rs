@@ -185,16 +185,6 @@ impl ResponseModelRewriter {
         }
         out
     }
-
-    /// Bytes currently held back (for tests and accounting).
-    pub fn held_len(&self) -> usize {
-        self.held.len()
-    }
-}
-
-/// Rewrites a complete response body in one call; see [`ResponseModelRewriter`].
-pub fn rewrite_response_body(body: &[u8], target: &str, client_model: &str) -> Vec<u8> {
-    ResponseModelRewriter::new(target, client_model).push(body, true)
 }
 
 /// `name` as a JSON string literal, quotes included (serde_json's escaping).
@@ -224,6 +214,18 @@ mod tests {
     use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    impl ResponseModelRewriter {
+        /// Bytes currently held back.
+        fn held_len(&self) -> usize {
+            self.held.len()
+        }
+    }
+
+    /// Rewrites a complete response body in one call.
+    fn rewrite_response_body(body: &[u8], target: &str, client_model: &str) -> Vec<u8> {
+        ResponseModelRewriter::new(target, client_model).push(body, true)
+    }
 
     fn target(model: &str, weight: Option<u32>) -> RewriteTarget {
         RewriteTarget {

@@ -7,14 +7,16 @@ use super::STALE_MS;
 use crate::shared_data::{SharedQueues, SharedStore};
 
 /// Tells every live worker of the registry that a new snapshot was published (from the poller,
-/// after publishing it); returns the host calls made (see [`to_live_workers`]).
+/// after publishing it); returns the host calls made (the registry, and per worker its
+/// heartbeat, its inbox and one enqueue).
 pub fn notify_snapshot(store: &impl SharedStore, queues: &impl SharedQueues, now: u64) -> u64 {
     to_live_workers(store, queues, now, &SNAPSHOT_NOTICE)
 }
 
 /// Hands every live worker the prefix records of the other Envoy replicas (from the poller,
-/// as the controller passes them on), in [`PrefixIndex::outbox`](crate::scheduler::prefix::PrefixIndex::outbox)'s form; the workers learn
-/// them without publishing them again. Returns the host calls made (see [`to_live_workers`]).
+/// as the controller passes them on), in the form of
+/// [`PrefixIndex::outbox`](crate::scheduler::prefix::PrefixIndex::outbox); the workers learn
+/// them without publishing them again. Returns the host calls made, as [`notify_snapshot`].
 pub fn deliver_replica_records(
     store: &impl SharedStore,
     queues: &impl SharedQueues,

@@ -23,13 +23,16 @@ pub struct Message {
     pub active: bool,
     /// In-flight counts (or changes) by endpoint key.
     pub counts: Vec<(u64, i64)>,
-    /// Prefix record groups, in [`PrefixIndex::outbox`](crate::scheduler::prefix::PrefixIndex::outbox)'s form.
+    /// Prefix record groups, in the form of
+    /// [`PrefixIndex::outbox`](crate::scheduler::prefix::PrefixIndex::outbox).
     pub records: Vec<u64>,
 }
 
 impl Message {
-    /// Writes the stored form (little-endian 64-bit words) into `out`, replacing its content.
-    pub fn encode_into(&self, out: &mut Vec<u8>) {
+    /// Writes the stored form into `out`, replacing its content (the workers call `encode` with
+    /// borrowed parts instead).
+    #[cfg(test)]
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
         encode(
             out,
             &self.sender,
@@ -40,7 +43,7 @@ impl Message {
         );
     }
 
-    /// Decodes [`encode_into`](Self::encode_into)'s form; `None` for anything else.
+    /// Decodes the stored form `encode` writes; `None` for anything else.
     pub fn decode(bytes: &[u8]) -> Option<Message> {
         if bytes.len() % 8 != 0 {
             return None;

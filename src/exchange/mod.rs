@@ -135,22 +135,6 @@ impl Exchange {
         Exchange::default()
     }
 
-    /// This worker's id, once claimed.
-    pub fn id(&self) -> Option<&HolderId> {
-        self.me.as_ref()
-    }
-
-    /// This worker's inbox queue, once registered.
-    pub fn inbox(&self) -> Option<u32> {
-        self.inbox
-    }
-
-    /// Live peers this worker sends to: all of them, and those that get every decision.
-    pub fn peers(&self) -> (usize, usize) {
-        let active = self.peers.iter().filter(|p| p.active).count();
-        (self.peers.len(), active)
-    }
-
     /// Requests the other live workers have in flight to the endpoint `key`.
     pub fn others_in_flight(&self, key: u64) -> u32 {
         let sum = self.others_in_flight.get(&key).copied().unwrap_or(0);

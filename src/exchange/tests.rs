@@ -8,6 +8,25 @@ use crate::shared_data::fake::Host;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
+/// What the tests look at of a worker's side.
+impl Exchange {
+    /// This worker's id, once claimed.
+    fn id(&self) -> Option<&HolderId> {
+        self.me.as_ref()
+    }
+
+    /// This worker's inbox queue, once registered.
+    fn inbox(&self) -> Option<u32> {
+        self.inbox
+    }
+
+    /// Live peers this worker sends to: all of them, and those that get every decision.
+    fn peers(&self) -> (usize, usize) {
+        let active = self.peers.iter().filter(|p| p.active).count();
+        (self.peers.len(), active)
+    }
+}
+
 struct Worker {
     exchange: Exchange,
     index: PrefixIndex,
