@@ -68,7 +68,7 @@ pub async fn run(settings: PeerSettings, instance: String, batches: broadcast::S
             instance.clone(),
             batches.subscribe(),
         ));
-        info!(%peer, "prefix records: relaying to a peer controller");
+        info!(%peer, "prefix records: relaying to peer controller {peer}");
         senders.insert(peer, task);
     };
     for peer in &settings.fixed {
@@ -86,7 +86,7 @@ pub async fn run(settings: PeerSettings, instance: String, batches: broadcast::S
                     let keep = settings.fixed.contains(peer) || found.contains(peer);
                     if !keep {
                         task.abort();
-                        info!(%peer, dns = %name, "prefix records: a peer controller is gone from DNS");
+                        info!(%peer, dns = %name, "prefix records: peer controller {peer} is gone from {name}");
                     }
                     keep
                 });
@@ -96,7 +96,9 @@ pub async fn run(settings: PeerSettings, instance: String, batches: broadcast::S
                     }
                 }
             }
-            Err(e) => warn!(dns = %name, error = %e, "prefix records: cannot resolve --peers-dns"),
+            Err(e) => {
+                warn!(dns = %name, error = %e, "prefix records: cannot resolve --peers-dns {name}: {e}")
+            }
         }
         tokio::time::sleep(RESOLVE_EVERY).await;
     }
@@ -157,7 +159,7 @@ async fn relay_to(
                     %error,
                     failed,
                     skipped,
-                    "prefix records: relaying to a peer failed"
+                    "prefix records: relaying to peer {peer} failed ({error}); {failed} failed, {skipped} skipped so far"
                 );
                 logged = Some(Instant::now());
             }

@@ -155,8 +155,12 @@ async fn scrape_and_record(
     let failed = result.as_ref().err().cloned();
     if store.record_scrape(&job.key, result, now_unix_ms()) {
         match failed {
-            Some(error) => warn!(endpoint = %job.key.name, url = %base, %error, "scrape failed"),
-            None => info!(endpoint = %job.key.name, url = %base, "scrape recovered"),
+            Some(error) => {
+                warn!(endpoint = %job.key.name, url = %base, %error, "endpoint {} ({base}): scrape failed: {error}", job.key.name)
+            }
+            None => {
+                info!(endpoint = %job.key.name, url = %base, "endpoint {} ({base}): scrape recovered", job.key.name)
+            }
         }
     }
 }

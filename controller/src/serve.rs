@@ -196,7 +196,7 @@ fn upload(
                     replica,
                     batches = count,
                     reason = %refusal,
-                    "prefix records: refused batches from a replica"
+                    "prefix records: refused {count} batch(es) from replica {replica:?}: {refusal}"
                 );
             }
             let status = match refusal {
