@@ -338,7 +338,7 @@ fn utilization_detector(params: &Params<'_>) -> Result<Plugin, String> {
         let Some(text) = value.as_str() else {
             return Err(params.error(key, "must be a duration string such as 200ms"));
         };
-        let duration = parse_duration(text).map_err(|e| params.error(key, &e))?;
+        let duration = parse_duration(text).map_err(|e| params.error(key, &e.to_string()))?;
         if duration.is_zero() {
             return Err(params.error(key, "must be greater than 0"));
         }
