@@ -14,7 +14,7 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use super::ConfigError;
-use crate::discovery::file::{poll_for_changes, read_limited};
+use crate::discovery::file::{poll_for_changes, read_limited, ReadError};
 use crate::discovery::Source;
 use crate::store::Store;
 
@@ -22,8 +22,8 @@ use crate::store::Store;
 #[derive(Debug, Error)]
 enum ReloadError {
     /// The file cannot be read.
-    #[error("{0}")]
-    Read(String),
+    #[error(transparent)]
+    Read(#[from] ReadError),
     /// The file is not UTF-8 text.
     #[error("not UTF-8")]
     NotUtf8,
@@ -39,7 +39,7 @@ pub async fn watch(path: PathBuf, discovery: Option<Source>, store: Arc<Store>) 
     poll_for_changes(
         initial,
         move || read_limited(&file),
-        |read: &Result<Vec<u8>, String>| {
+        |read: &Result<Vec<u8>, ReadError>| {
             let shown = path.display();
             let compiled = read
                 .clone()
