@@ -171,10 +171,10 @@ impl StartupError {
         }
     }
 
-    fn in_file(file: impl Into<String>, message: impl Into<String>) -> StartupError {
+    fn in_file(file: impl Into<String>, message: impl fmt::Display) -> StartupError {
         StartupError {
             file: Some(file.into()),
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 

@@ -3,9 +3,21 @@
 
 use std::time::Duration;
 
+use thiserror::Error;
+
+/// A text that is not a duration (unknown unit, no number, or too large).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid duration {text:?} (examples: 50ms, 1s, 2m)")]
+pub struct DurationError {
+    /// The text as given.
+    pub text: String,
+}
+
 /// Parses a duration such as `50ms`, `1s`, `1.5s`, `2m`, `1h` or `1m30s`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let invalid = || format!("invalid duration {text:?} (examples: 50ms, 1s, 2m)");
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    let invalid = || DurationError {
+        text: text.to_string(),
+    };
     let mut rest = text.trim();
     if rest.is_empty() {
         return Err(invalid());
@@ -31,7 +43,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         if whole.is_empty() && fraction.is_empty() {
             return Err(invalid());
         }
-        let digits = |part: &str| -> Result<u128, String> {
+        let digits = |part: &str| -> Result<u128, DurationError> {
             if part.is_empty() {
                 Ok(0)
             } else {
@@ -82,5 +94,9 @@ mod tests {
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
+        assert_eq!(
+            parse_duration("1d").unwrap_err().to_string(),
+            "invalid duration \"1d\" (examples: 50ms, 1s, 2m)"
+        );
     }
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
+use thiserror::Error;
 
 use crate::prometheus::Sample;
 
@@ -24,6 +25,56 @@ pub const DEFAULT_ENGINE: &str = "vllm";
 const BLOCK_SIZE_LABEL: &str = "block_size";
 const NUM_BLOCKS_LABEL: &str = "num_gpu_blocks";
 
+/// A text that is not a series selector; each message quotes the text.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SelectorError {
+    /// The family name is empty or has characters other than `[A-Za-z0-9_:]`.
+    #[error("'{0}' is not a metric selector (name{{label=\"value\"}})")]
+    Name(String),
+    /// `{` without a closing `}`.
+    #[error("'{0}': missing the closing brace")]
+    Unclosed(String),
+    /// A label matcher without `=`.
+    #[error("'{text}': '{pair}' is not label=value")]
+    Pair {
+        /// The whole selector.
+        text: String,
+        /// The matcher.
+        pair: String,
+    },
+}
+
+/// An `engineConfigs` entry or extractor parameter that is wrong, shown as
+/// `{field}: {problem}`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{field}: {problem}")]
+pub struct EngineError {
+    /// The field, relative to the `engineConfigs` entry (`name`, `kvUsageSpec`, …) or to the
+    /// extractor's parameters (`defaultEngine`).
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: EngineProblem,
+}
+
+/// What is wrong in an [`EngineError`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EngineProblem {
+    /// A required name is empty.
+    #[error("must not be empty")]
+    Empty,
+    /// A `…Spec` is not a series selector.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    /// `defaultEngine` names no engine.
+    #[error("unknown engine {name:?} (known: {known})")]
+    UnknownEngine {
+        /// The name given.
+        name: String,
+        /// The known engines, comma-separated.
+        known: String,
+    },
+}
+
 /// A PromQL-style series selector: a family name and label values every sample must carry,
 /// e.g. `nv_trt_llm_request_metrics{request_type="waiting"}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +87,7 @@ pub struct Selector {
 
 impl Selector {
     /// Parses `name` or `name{label="value",…}` (quotes optional).
-    pub fn parse(text: &str) -> Result<Selector, String> {
+    pub fn parse(text: &str) -> Result<Selector, SelectorError> {
         let text = text.trim();
         let (name, rest) = match text.split_once('{') {
             Some((name, rest)) => (name.trim(), Some(rest)),
@@ -47,19 +98,18 @@ impl Selector {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
         if !valid_name {
-            return Err(format!(
-                "'{text}' is not a metric selector (name{{label=\"value\"}})"
-            ));
+            return Err(SelectorError::Name(text.to_string()));
         }
         let mut labels = Vec::new();
         if let Some(rest) = rest {
             let inner = rest
                 .strip_suffix('}')
-                .ok_or_else(|| format!("'{text}': missing the closing brace"))?;
+                .ok_or_else(|| SelectorError::Unclosed(text.to_string()))?;
             for pair in inner.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                let (label, value) = pair
-                    .split_once('=')
-                    .ok_or_else(|| format!("'{text}': '{pair}' is not label=value"))?;
+                let (label, value) = pair.split_once('=').ok_or_else(|| SelectorError::Pair {
+                    text: text.to_string(),
+                    pair: pair.to_string(),
+                })?;
                 let value = value.trim().trim_matches('"');
                 labels.push((label.trim().to_string(), value.to_string()));
             }
@@ -256,17 +306,21 @@ pub struct EngineConfig {
 
 impl EngineConfig {
     /// The engine this entry describes; the error names the field.
-    pub fn compile(&self) -> Result<Engine, String> {
+    pub fn compile(&self) -> Result<Engine, EngineError> {
         if self.name.trim().is_empty() {
-            return Err("name: must not be empty".into());
+            return Err(EngineError {
+                field: "name",
+                problem: EngineProblem::Empty,
+            });
         }
-        let one = |field: &str, spec: &str| -> Result<Option<Selector>, String> {
+        let one = |field: &'static str, spec: &str| -> Result<Option<Selector>, EngineError> {
             if spec.trim().is_empty() {
                 Ok(None)
             } else {
-                Selector::parse(spec)
-                    .map(Some)
-                    .map_err(|e| format!("{field}: {e}"))
+                Selector::parse(spec).map(Some).map_err(|e| EngineError {
+                    field,
+                    problem: e.into(),
+                })
             }
         };
         let cache = one("cacheInfoSpec", &self.cache_info_spec)?;
@@ -321,7 +375,7 @@ impl Engines {
         label_key: Option<String>,
         default_engine: Option<String>,
         custom: Vec<Engine>,
-    ) -> Result<Engines, String> {
+    ) -> Result<Engines, EngineError> {
         let mut engines = Engines::default();
         for engine in custom {
             engines
@@ -333,15 +387,14 @@ impl Engines {
         }
         if let Some(name) = default_engine.filter(|n| !n.trim().is_empty()) {
             if !engines.by_name.contains_key(&name) {
-                return Err(format!(
-                    "defaultEngine: unknown engine {name:?} (known: {})",
-                    engines
-                        .by_name
-                        .keys()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
+                let known = engines.by_name.keys().cloned().collect::<Vec<_>>();
+                return Err(EngineError {
+                    field: "defaultEngine",
+                    problem: EngineProblem::UnknownEngine {
+                        name,
+                        known: known.join(", "),
+                    },
+                });
             }
             engines.default_engine = name;
         }
@@ -399,6 +452,10 @@ mod tests {
         for bad in ["", "{a=b}", "m{a=b", "m{a}", "bad name"] {
             assert!(Selector::parse(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            Selector::parse("m{a}").unwrap_err().to_string(),
+            "'m{a}': 'a' is not label=value"
+        );
     }
 
     #[test]
@@ -499,14 +556,20 @@ mod tests {
             "atom",
             "another label key is not read"
         );
-        let err = Engines::configured(None, Some("nope".into()), vec![]).unwrap_err();
+        let err = Engines::configured(None, Some("nope".into()), vec![])
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("defaultEngine: unknown engine \"nope\""),
             "{err}"
         );
         let bad: Vec<EngineConfig> =
             serde_yaml::from_str("- name: x\n  kvUsageSpec: 'a{b'\n").unwrap();
-        assert!(bad[0].compile().unwrap_err().starts_with("kvUsageSpec:"));
+        assert!(bad[0]
+            .compile()
+            .unwrap_err()
+            .to_string()
+            .starts_with("kvUsageSpec:"));
         assert!(serde_yaml::from_str::<Vec<EngineConfig>>("- name: x\n  queueSpec: a\n").is_err());
     }
 }

@@ -13,6 +13,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use serde_yaml::Value;
+use thiserror::Error;
 use wasm_epp::scheduler::profile::{
     FilterSpec, PickerSpec, PrefixCacheParams, Profile, ScorerSpec, UtilizationParams,
     WeightedScorer,
@@ -31,6 +32,41 @@ pub const KIND: &str = "EndpointPickerConfig";
 
 /// Largest config file read.
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Why a config does not load; one line. Most errors are [`ConfigError::Field`], which names
+/// the field, e.g. `schedulingProfiles[0].plugins[1].pluginRef: no plugin named "foo"`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// The file cannot be read: the I/O error's text.
+    #[error("cannot read: {0}")]
+    Read(String),
+    /// The file is larger than the limit.
+    #[error("file is larger than {} bytes", MAX_FILE_BYTES)]
+    TooLarge,
+    /// Not YAML or JSON, or not shaped like an EndpointPickerConfig (unknown or missing field,
+    /// wrong type): serde_yaml's message, which names the field and its position.
+    #[error("{0}")]
+    Syntax(String),
+    /// A field whose value is not accepted.
+    #[error("{field}: {message}")]
+    Field {
+        /// The field's path, e.g. `kind`, `plugins[2].parameters.x` or
+        /// `schedulingProfiles[0].plugins[1].pluginRef`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The value of `field` is not accepted, for `message`.
+    fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Field {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
 
 /// A compiled config.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,20 +94,21 @@ impl Default for PickerConfig {
 }
 
 /// Reads and compiles a config file.
-pub fn load(path: &Path) -> Result<PickerConfig, String> {
+pub fn load(path: &Path) -> Result<PickerConfig, ConfigError> {
     let size = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read: {e}"))?
+        .map_err(|e| ConfigError::Read(e.to_string()))?
         .len();
     if size > MAX_FILE_BYTES {
-        return Err(format!("file is larger than {MAX_FILE_BYTES} bytes"));
+        return Err(ConfigError::TooLarge);
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(e.to_string()))?;
     parse(&text)
 }
 
 /// Compiles config text (YAML or JSON).
-pub fn parse(text: &str) -> Result<PickerConfig, String> {
-    let raw: RawConfig = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+pub fn parse(text: &str) -> Result<PickerConfig, ConfigError> {
+    let raw: RawConfig =
+        serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
     compile(raw)
 }
 
@@ -227,7 +264,7 @@ struct Registry {
 impl Registry {
     /// Builds every plugin, checks names, and completes prefix scorers with the producer's
     /// parameters.
-    fn build(raw: Vec<RawPlugin>, warnings: &mut Vec<String>) -> Result<Registry, String> {
+    fn build(raw: Vec<RawPlugin>, warnings: &mut Vec<String>) -> Result<Registry, ConfigError> {
         let mut registry = Registry {
             plugins: Vec::with_capacity(raw.len()),
             by_name: HashMap::new(),
@@ -241,7 +278,10 @@ impl Registry {
                 .filter(|name| !name.is_empty())
                 .unwrap_or_else(|| entry.plugin_type.clone());
             if registry.by_name.contains_key(&name) {
-                return Err(format!("{at}.name: duplicate plugin name {name:?}"));
+                return Err(ConfigError::invalid(
+                    format!("{at}.name"),
+                    format!("duplicate plugin name {name:?}"),
+                ));
             }
             registry.by_name.insert(name.clone(), index);
             registry.plugins.push(Named {
@@ -257,16 +297,16 @@ impl Registry {
 
     /// Merges the `approx-prefix-cache-producer` parameters (defaults when none is configured)
     /// into every `prefix-cache-scorer`, checking `prefixMatchInfoProducerName`.
-    fn apply_prefix_producer(&mut self) -> Result<(), String> {
+    fn apply_prefix_producer(&mut self) -> Result<(), ConfigError> {
         let mut producers = self.plugins.iter().filter_map(|named| match &named.plugin {
             Plugin::PrefixProducer(params) => Some((named, params)),
             _ => None,
         });
         let producer = producers.next();
         if let Some((second, _)) = producers.next() {
-            return Err(format!(
-                "plugins[{}].type: only one approx-prefix-cache-producer is supported",
-                second.index
+            return Err(ConfigError::invalid(
+                format!("plugins[{}].type", second.index),
+                "only one approx-prefix-cache-producer is supported",
             ));
         }
         let producer_name = producer.map(|(named, _)| named.name.clone());
@@ -283,9 +323,12 @@ impl Registry {
             };
             if let Some(wanted) = producer {
                 if producer_name.as_deref() != Some(wanted.as_str()) {
-                    return Err(format!(
-                        "plugins[{}].parameters.prefixMatchInfoProducerName: no approx-prefix-cache-producer named {wanted:?}",
-                        named.index
+                    return Err(ConfigError::invalid(
+                        format!(
+                            "plugins[{}].parameters.prefixMatchInfoProducerName",
+                            named.index
+                        ),
+                        format!("no approx-prefix-cache-producer named {wanted:?}"),
                     ));
                 }
             }
@@ -300,11 +343,11 @@ impl Registry {
     }
 
     /// The plugin named `name`; `at` is the referencing field.
-    fn resolve(&self, at: &str, name: &str) -> Result<&Named, String> {
+    fn resolve(&self, at: &str, name: &str) -> Result<&Named, ConfigError> {
         self.by_name
             .get(name)
             .map(|&index| &self.plugins[index])
-            .ok_or_else(|| format!("{at}: no plugin named {name:?}"))
+            .ok_or_else(|| ConfigError::invalid(at, format!("no plugin named {name:?}")))
     }
 
     /// The plugin named `name`, which must be a `utilization-detector`; `at` is the referencing
@@ -313,61 +356,67 @@ impl Registry {
         &self,
         at: &str,
         name: &str,
-    ) -> Result<(&Named, &UtilizationParams), String> {
+    ) -> Result<(&Named, &UtilizationParams), ConfigError> {
         let named = self.resolve(at, name)?;
         match &named.plugin {
             Plugin::Detector(params) => Ok((named, params)),
-            _ => Err(format!(
-                "{at}: plugin {name:?} has type {:?}; expected a saturation detector (utilization-detector)",
-                named.plugin_type
-            )),
+            _ => Err(ConfigError::invalid(at, format!("plugin {name:?} has type {:?}; expected a saturation detector (utilization-detector)", named.plugin_type))),
         }
     }
 
     /// The engines of the plugin named `name`, which must be a `core-metrics-extractor`.
-    fn resolve_extractor(&self, at: &str, name: &str) -> Result<&Engines, String> {
+    fn resolve_extractor(&self, at: &str, name: &str) -> Result<&Engines, ConfigError> {
         let named = self.resolve(at, name)?;
         match &named.plugin {
             Plugin::Extractor(engines) => Ok(engines),
-            _ => Err(format!(
-                "{at}: plugin {name:?} has type {:?}; expected an extractor (core-metrics-extractor)",
-                named.plugin_type
+            _ => Err(ConfigError::invalid(
+                at,
+                format!(
+                    "plugin {name:?} has type {:?}; expected an extractor (core-metrics-extractor)",
+                    named.plugin_type
+                ),
             )),
         }
     }
 
     /// The engines of the config: those of its `core-metrics-extractor` (one at most with
     /// settings of its own), or the built-in ones.
-    fn engines(&self) -> Result<Engines, String> {
+    fn engines(&self) -> Result<Engines, ConfigError> {
         let mut configured = self.plugins.iter().filter_map(|named| match &named.plugin {
             Plugin::Extractor(engines) if *engines != Engines::default() => Some((named, engines)),
             _ => None,
         });
         match (configured.next(), configured.next()) {
-            (Some(_), Some((second, _))) => Err(format!(
-                "plugins: {:?} is a second core-metrics-extractor with its own engines; wasm-epp reads every endpoint with one",
-                second.name
-            )),
+            (Some(_), Some((second, _))) => Err(ConfigError::invalid("plugins", format!("{:?} is a second core-metrics-extractor with its own engines; wasm-epp reads every endpoint with one", second.name))),
             (Some((_, engines)), None) => Ok(engines.clone()),
             (None, _) => Ok(Engines::default()),
         }
     }
 
     /// The plugin named `name`, which must be an inherent plugin with `role`.
-    fn resolve_role(&self, at: &str, name: &str, role: Role, expected: &str) -> Result<(), String> {
+    fn resolve_role(
+        &self,
+        at: &str,
+        name: &str,
+        role: Role,
+        expected: &str,
+    ) -> Result<(), ConfigError> {
         let named = self.resolve(at, name)?;
         if named.plugin == Plugin::Inherent(role) {
             Ok(())
         } else {
-            Err(format!(
-                "{at}: plugin {name:?} has type {:?}; expected {expected}",
-                named.plugin_type
+            Err(ConfigError::invalid(
+                at,
+                format!(
+                    "plugin {name:?} has type {:?}; expected {expected}",
+                    named.plugin_type
+                ),
             ))
         }
     }
 }
 
-fn compile(raw: RawConfig) -> Result<PickerConfig, String> {
+fn compile(raw: RawConfig) -> Result<PickerConfig, ConfigError> {
     let mut warnings = Vec::new();
     match raw.api_version.as_str() {
         API_VERSION => {}
@@ -375,13 +424,17 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, String> {
             "apiVersion: {DEPRECATED_API_VERSION:?} is deprecated; use {API_VERSION:?}"
         )),
         other => {
-            return Err(format!(
-                "apiVersion: unsupported {other:?} (expected {API_VERSION:?})"
+            return Err(ConfigError::invalid(
+                "apiVersion",
+                format!("unsupported {other:?} (expected {API_VERSION:?})"),
             ))
         }
     }
     if raw.kind != KIND {
-        return Err(format!("kind: expected {KIND:?}, got {:?}", raw.kind));
+        return Err(ConfigError::invalid(
+            "kind",
+            format!("expected {KIND:?}, got {:?}", raw.kind),
+        ));
     }
     check_feature_gates(&raw.feature_gates)?;
     let flow_control_detector = match &raw.flow_control {
@@ -392,10 +445,7 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, String> {
     let (mut profile, in_profile) = match raw.scheduling_profiles.filter(|list| !list.is_empty()) {
         None => (default_profile(&registry)?, HashSet::new()),
         Some(list) if list.len() > 1 => {
-            return Err(format!(
-                "schedulingProfiles: {} profiles configured; wasm-epp supports exactly one (multi-profile handlers are not supported yet)",
-                list.len()
-            ))
+            return Err(ConfigError::invalid("schedulingProfiles", format!("{} profiles configured; wasm-epp supports exactly one (multi-profile handlers are not supported yet)", list.len())))
         }
         Some(list) => explicit_profile(&list[0], &registry)?,
     };
@@ -464,37 +514,44 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, String> {
 }
 
 /// Checks `featureGates` entries (`name`, `name=true`, `name=false`).
-fn check_feature_gates(gates: &[String]) -> Result<(), String> {
+fn check_feature_gates(gates: &[String]) -> Result<(), ConfigError> {
     for (i, gate) in gates.iter().enumerate() {
         let (name, enabled) = match gate.split_once('=') {
             None => (gate.as_str(), true),
             Some((name, "true")) => (name, true),
             Some((name, "false")) => (name, false),
             Some(_) => {
-                return Err(format!(
-                    "featureGates[{i}]: invalid entry {gate:?} (expected name, name=true or name=false)"
+                return Err(ConfigError::invalid(
+                    format!("featureGates[{i}]"),
+                    format!("invalid entry {gate:?} (expected name, name=true or name=false)"),
                 ))
             }
         };
         match name {
             "flowControl" if enabled => {
-                return Err(format!(
-                    "featureGates[{i}]: \"flowControl\" is not supported by wasm-epp yet"
+                return Err(ConfigError::invalid(
+                    format!("featureGates[{i}]"),
+                    "\"flowControl\" is not supported by wasm-epp yet",
                 ))
             }
             "flowControl" | "haPopulateNonLeaderDatastore" => {}
-            other => return Err(format!("featureGates[{i}]: unknown feature gate {other:?}")),
+            other => {
+                return Err(ConfigError::invalid(
+                    format!("featureGates[{i}]"),
+                    format!("unknown feature gate {other:?}"),
+                ))
+            }
         }
     }
     Ok(())
 }
 
 /// Checks `flowControl`: only `saturationDetector` is supported; returns it.
-fn check_flow_control(value: &Value) -> Result<Option<RawOptionalRef>, String> {
+fn check_flow_control(value: &Value) -> Result<Option<RawOptionalRef>, ConfigError> {
     let map = match value {
         Value::Null => return Ok(None),
         Value::Mapping(map) => map,
-        _ => return Err("flowControl: must be a mapping".to_string()),
+        _ => return Err(ConfigError::invalid("flowControl", "must be a mapping")),
     };
     let mut detector = None;
     for (key, value) in map {
@@ -502,16 +559,24 @@ fn check_flow_control(value: &Value) -> Result<Option<RawOptionalRef>, String> {
             Some("saturationDetector") => {
                 detector = Some(
                     serde_yaml::from_value::<Option<RawOptionalRef>>(value.clone())
-                        .map_err(|e| format!("flowControl.saturationDetector: {e}"))?
+                        .map_err(|e| {
+                            ConfigError::invalid("flowControl.saturationDetector", e.to_string())
+                        })?
                         .unwrap_or(RawOptionalRef { plugin_ref: None }),
                 )
             }
             Some(other) => {
-                return Err(format!(
-                    "flowControl.{other}: not supported by wasm-epp yet"
+                return Err(ConfigError::invalid(
+                    format!("flowControl.{other}"),
+                    "not supported by wasm-epp yet",
                 ))
             }
-            None => return Err("flowControl: field names must be strings".to_string()),
+            None => {
+                return Err(ConfigError::invalid(
+                    "flowControl",
+                    "field names must be strings",
+                ))
+            }
         }
     }
     Ok(detector)
@@ -525,7 +590,7 @@ fn saturation_detector(
     registry: &Registry,
     reference: Option<(&str, &str)>,
     in_profile: &HashSet<usize>,
-) -> Result<UtilizationParams, String> {
+) -> Result<UtilizationParams, ConfigError> {
     if let Some((at, name)) = reference {
         return Ok(registry.resolve_detector(at, name)?.1.clone());
     }
@@ -545,10 +610,7 @@ fn saturation_detector(
         });
     let first = unreferenced.next();
     if let (Some((first, _)), Some((second, _))) = (first, unreferenced.next()) {
-        return Err(format!(
-            "plugins[{}]: a second utilization-detector (first: {:?}) and no flowControl.saturationDetector.pluginRef to choose between them",
-            second.index, first.name
-        ));
+        return Err(ConfigError::invalid(format!("plugins[{}]", second.index), format!("a second utilization-detector (first: {:?}) and no flowControl.saturationDetector.pluginRef to choose between them", first.name)));
     }
     Ok(first.map(|(_, params)| params.clone()).unwrap_or_default())
 }
@@ -564,7 +626,7 @@ fn as_filter(plugin: &Plugin) -> Option<FilterSpec> {
 
 /// No `schedulingProfiles`: one `default` profile with every filter (in plugin order, a
 /// `utilization-detector` included, as upstream), every scorer (weight 1) and the picker.
-fn default_profile(registry: &Registry) -> Result<Profile, String> {
+fn default_profile(registry: &Registry) -> Result<Profile, ConfigError> {
     let mut filters = Vec::new();
     let mut scorers = Vec::new();
     let mut picker: Option<(&Named, PickerSpec)> = None;
@@ -581,10 +643,7 @@ fn default_profile(registry: &Registry) -> Result<Profile, String> {
             }),
             Plugin::Picker(spec) => {
                 if let Some((first, _)) = &picker {
-                    return Err(format!(
-                        "plugins[{}]: a second picker (first: {:?}) and no schedulingProfiles to choose between them",
-                        named.index, first.name
-                    ));
+                    return Err(ConfigError::invalid(format!("plugins[{}]", named.index), format!("a second picker (first: {:?}) and no schedulingProfiles to choose between them", first.name)));
                 }
                 picker = Some((named, spec.clone()));
             }
@@ -604,9 +663,12 @@ fn default_profile(registry: &Registry) -> Result<Profile, String> {
 fn explicit_profile(
     raw: &RawProfile,
     registry: &Registry,
-) -> Result<(Profile, HashSet<usize>), String> {
+) -> Result<(Profile, HashSet<usize>), ConfigError> {
     if raw.name.is_empty() {
-        return Err("schedulingProfiles[0].name: must not be empty".to_string());
+        return Err(ConfigError::invalid(
+            "schedulingProfiles[0].name",
+            "must not be empty",
+        ));
     }
     let mut used = HashSet::new();
     let mut filters = Vec::new();
@@ -617,15 +679,18 @@ fn explicit_profile(
         let named = registry.resolve(&format!("{at}.pluginRef"), &entry.plugin_ref)?;
         if let Some(filter) = as_filter(&named.plugin) {
             if used.contains(&named.index) {
-                return Err(format!(
-                    "{at}.pluginRef: plugin {:?} is already in this profile",
-                    named.name
+                return Err(ConfigError::invalid(
+                    format!("{at}.pluginRef"),
+                    format!("plugin {:?} is already in this profile", named.name),
                 ));
             }
             if entry.weight.is_some() {
-                return Err(format!(
-                    "{at}.weight: not allowed on filter {:?} (type {:?}); only scorers have weights",
-                    named.name, named.plugin_type
+                return Err(ConfigError::invalid(
+                    format!("{at}.weight"),
+                    format!(
+                        "not allowed on filter {:?} (type {:?}); only scorers have weights",
+                        named.name, named.plugin_type
+                    ),
                 ));
             }
             used.insert(named.index);
@@ -636,15 +701,16 @@ fn explicit_profile(
         match &named.plugin {
             Plugin::Scorer { spec, .. } => {
                 if scorers.iter().any(|s| s.name == named.name) {
-                    return Err(format!(
-                        "{at}.pluginRef: plugin {:?} is already in this profile",
-                        named.name
+                    return Err(ConfigError::invalid(
+                        format!("{at}.pluginRef"),
+                        format!("plugin {:?} is already in this profile", named.name),
                     ));
                 }
                 let weight = entry.weight.unwrap_or(1.0);
                 if !weight.is_finite() || weight < 0.0 {
-                    return Err(format!(
-                        "{at}.weight: must be a finite number of at least 0"
+                    return Err(ConfigError::invalid(
+                        format!("{at}.weight"),
+                        "must be a finite number of at least 0",
                     ));
                 }
                 scorers.push(WeightedScorer {
@@ -655,16 +721,22 @@ fn explicit_profile(
             }
             Plugin::Picker(spec) => {
                 if let Some((first, _)) = picker {
-                    return Err(format!(
-                        "{at}.pluginRef: the profile already has picker {first:?}; only one picker per profile"
+                    return Err(ConfigError::invalid(
+                        format!("{at}.pluginRef"),
+                        format!(
+                            "the profile already has picker {first:?}; only one picker per profile"
+                        ),
                     ));
                 }
                 picker = Some((&named.name, spec.clone()));
             }
             _ => {
-                return Err(format!(
-                    "{at}.pluginRef: plugin {:?} (type {:?}) is not a filter, scorer or picker",
-                    named.name, named.plugin_type
+                return Err(ConfigError::invalid(
+                    format!("{at}.pluginRef"),
+                    format!(
+                        "plugin {:?} (type {:?}) is not a filter, scorer or picker",
+                        named.name, named.plugin_type
+                    ),
                 ))
             }
         }
@@ -687,7 +759,7 @@ fn default_picker() -> PickerSpec {
 }
 
 /// Checks the `dataLayer` references; returns the discovery source if one is set.
-fn check_data_layer(raw: RawDataLayer, registry: &Registry) -> Result<Option<Source>, String> {
+fn check_data_layer(raw: RawDataLayer, registry: &Registry) -> Result<Option<Source>, ConfigError> {
     // `injectDefaults` changes nothing: the vLLM metrics source is built in.
     let _ = raw.inject_defaults;
     for (field, value) in [
@@ -699,7 +771,10 @@ fn check_data_layer(raw: RawDataLayer, registry: &Registry) -> Result<Option<Sou
         ("crossReplicaSyncInterval", &raw.cross_replica_sync_interval),
     ] {
         if value.is_some() {
-            return Err(format!("dataLayer.{field}: not supported by wasm-epp yet"));
+            return Err(ConfigError::invalid(
+                format!("dataLayer.{field}"),
+                "not supported by wasm-epp yet",
+            ));
         }
     }
     for (i, source) in raw.sources.iter().enumerate() {
@@ -723,9 +798,12 @@ fn check_data_layer(raw: RawDataLayer, registry: &Registry) -> Result<Option<Sou
     let named = registry.resolve(at, &discovery.plugin_ref)?;
     match &named.plugin {
         Plugin::Discovery(source) => Ok(Some(Source::File(source.clone()))),
-        _ => Err(format!(
-            "{at}: plugin {:?} has type {:?}; expected a discovery plugin (file-discovery)",
-            named.name, named.plugin_type
+        _ => Err(ConfigError::invalid(
+            at,
+            format!(
+                "plugin {:?} has type {:?}; expected a discovery plugin (file-discovery)",
+                named.name, named.plugin_type
+            ),
         )),
     }
 }

@@ -9,7 +9,7 @@ use wasm_epp::scheduler::profile::{
 use wasm_epp::scheduler::scorers::session_affinity_scorer::TOKEN_HEADER as SESSION_TOKEN_HEADER;
 use wasm_epp::scheduler::{filters, pickers, prefix, scorers};
 
-use super::selector;
+use super::{selector, ConfigError};
 use crate::discovery::file::FileSource;
 use crate::duration::parse_duration;
 use crate::engines::{EngineConfig, Engines};
@@ -131,7 +131,7 @@ pub(crate) fn build(
     plugin_type: &str,
     parameters: Option<&Value>,
     warnings: &mut Vec<String>,
-) -> Result<Plugin, String> {
+) -> Result<Plugin, ConfigError> {
     let params_at = format!("{at}.parameters");
     let params = |allowed: &[&str], unsupported: &[&str]| {
         Params::new(&params_at, plugin_type, parameters, allowed, unsupported)
@@ -242,11 +242,18 @@ pub(crate) fn build(
         "single-profile-handler" => inherent(Role::ProfileHandler, warnings),
         "token-producer" => inherent(Role::DataProducer, warnings),
         "openai-parser" | "passthrough-parser" => inherent(Role::Parser, warnings),
-        "" => Err(format!("{at}.type: must not be empty")),
-        other if NOT_YET_SUPPORTED.contains(&other) => Err(format!(
-            "{at}.type: plugin type {other:?} is not supported by wasm-epp yet"
+        "" => Err(ConfigError::invalid(
+            format!("{at}.type"),
+            "must not be empty",
         )),
-        other => Err(format!("{at}.type: unknown plugin type {other:?}")),
+        other if NOT_YET_SUPPORTED.contains(&other) => Err(ConfigError::invalid(
+            format!("{at}.type"),
+            format!("plugin type {other:?} is not supported by wasm-epp yet"),
+        )),
+        other => Err(ConfigError::invalid(
+            format!("{at}.type"),
+            format!("unknown plugin type {other:?}"),
+        )),
     }
 }
 
@@ -257,7 +264,7 @@ fn scorer(spec: ScorerSpec) -> Plugin {
     }
 }
 
-fn prefix_scorer(params: &Params<'_>) -> Result<Plugin, String> {
+fn prefix_scorer(params: &Params<'_>) -> Result<Plugin, ConfigError> {
     let mut prefix = PrefixCacheParams::default();
     if let Some(weight) = params.get::<f64>("matchLengthWeight")? {
         if !(0.0..=1.0).contains(&weight) {
@@ -274,7 +281,7 @@ fn prefix_scorer(params: &Params<'_>) -> Result<Plugin, String> {
     })
 }
 
-fn active_request_scorer(params: &Params<'_>) -> Result<Plugin, String> {
+fn active_request_scorer(params: &Params<'_>) -> Result<Plugin, ConfigError> {
     let mut active = ActiveRequestParams::default();
     if let Some(threshold) = params.get::<u64>("idleThreshold")? {
         active.idle_threshold = threshold;
@@ -288,13 +295,13 @@ fn active_request_scorer(params: &Params<'_>) -> Result<Plugin, String> {
     Ok(scorer(ScorerSpec::ActiveRequest(active)))
 }
 
-fn session_affinity_scorer(params: &Params<'_>) -> Result<Plugin, String> {
+fn session_affinity_scorer(params: &Params<'_>) -> Result<Plugin, ConfigError> {
     match params.get::<String>("strategy")?.as_deref() {
         None | Some("encoded_endpoint_header") => {}
         Some(strategy @ ("session_id" | "session_id_header")) => {
             return Err(params.error(
                 "strategy",
-                &format!(
+                format!(
                 "{strategy:?} is not supported by wasm-epp yet (only \"encoded_endpoint_header\")"
             ),
             ))
@@ -302,7 +309,7 @@ fn session_affinity_scorer(params: &Params<'_>) -> Result<Plugin, String> {
         Some(other) => {
             return Err(params.error(
                 "strategy",
-                &format!("unknown strategy {other:?} (expected \"encoded_endpoint_header\")"),
+                format!("unknown strategy {other:?} (expected \"encoded_endpoint_header\")"),
             ))
         }
     }
@@ -310,7 +317,7 @@ fn session_affinity_scorer(params: &Params<'_>) -> Result<Plugin, String> {
         if !header.eq_ignore_ascii_case(SESSION_TOKEN_HEADER) {
             return Err(params.error(
                 "headerName",
-                &format!(
+                format!(
                     "{header:?} is not supported by wasm-epp yet (only the default {SESSION_TOKEN_HEADER:?})"
                 ),
             ));
@@ -319,7 +326,7 @@ fn session_affinity_scorer(params: &Params<'_>) -> Result<Plugin, String> {
     Ok(scorer(ScorerSpec::SessionAffinity))
 }
 
-fn utilization_detector(params: &Params<'_>) -> Result<Plugin, String> {
+fn utilization_detector(params: &Params<'_>) -> Result<Plugin, ConfigError> {
     let mut detector = UtilizationParams::default();
     if let Some(depth) = params.positive("queueDepthThreshold")? {
         detector.queue_depth_threshold = depth as f64;
@@ -338,7 +345,7 @@ fn utilization_detector(params: &Params<'_>) -> Result<Plugin, String> {
         let Some(text) = value.as_str() else {
             return Err(params.error(key, "must be a duration string such as 200ms"));
         };
-        let duration = parse_duration(text).map_err(|e| params.error(key, &e))?;
+        let duration = parse_duration(text).map_err(|e| params.error(key, e))?;
         if duration.is_zero() {
             return Err(params.error(key, "must be greater than 0"));
         }
@@ -357,7 +364,7 @@ fn utilization_detector(params: &Params<'_>) -> Result<Plugin, String> {
     Ok(Plugin::Detector(detector))
 }
 
-fn prefix_producer(params: &Params<'_>, warnings: &mut Vec<String>) -> Result<Plugin, String> {
+fn prefix_producer(params: &Params<'_>, warnings: &mut Vec<String>) -> Result<Plugin, ConfigError> {
     let mut prefix = PrefixCacheParams::default();
     if let Some(auto_tune) = params.get("autoTune")? {
         prefix.auto_tune = auto_tune;
@@ -378,14 +385,14 @@ fn prefix_producer(params: &Params<'_>, warnings: &mut Vec<String>) -> Result<Pl
     Ok(Plugin::PrefixProducer(prefix))
 }
 
-fn max_endpoints(params: &Params<'_>) -> Result<usize, String> {
+fn max_endpoints(params: &Params<'_>) -> Result<usize, ConfigError> {
     match params.positive("maxNumOfEndpoints")? {
         Some(n) => usize::try_from(n).map_err(|_| params.error("maxNumOfEndpoints", "too large")),
         None => Ok(1),
     }
 }
 
-fn file_discovery(params: &Params<'_>) -> Result<Plugin, String> {
+fn file_discovery(params: &Params<'_>) -> Result<Plugin, ConfigError> {
     let path: String = params
         .get("path")?
         .ok_or_else(|| params.error("path", "required"))?;
@@ -399,7 +406,7 @@ fn file_discovery(params: &Params<'_>) -> Result<Plugin, String> {
 }
 
 /// `core-metrics-extractor`: upstream's engine label key, default engine and `engineConfigs`.
-fn metrics_extractor(params: &Params<'_>) -> Result<Plugin, String> {
+fn metrics_extractor(params: &Params<'_>) -> Result<Plugin, ConfigError> {
     let configs: Vec<EngineConfig> = params.get("engineConfigs")?.unwrap_or_default();
     let engines = configs
         .iter()
@@ -407,7 +414,7 @@ fn metrics_extractor(params: &Params<'_>) -> Result<Plugin, String> {
         .map(|(i, config)| {
             config
                 .compile()
-                .map_err(|e| format!("{}.engineConfigs[{i}].{e}", params.at))
+                .map_err(|e| params.error(&format!("engineConfigs[{i}].{}", e.field), e.problem))
         })
         .collect::<Result<Vec<_>, _>>()?;
     Engines::configured(
@@ -416,7 +423,7 @@ fn metrics_extractor(params: &Params<'_>) -> Result<Plugin, String> {
         engines,
     )
     .map(Plugin::Extractor)
-    .map_err(|e| format!("{}.{e}", params.at))
+    .map_err(|e| params.error(e.field, e.problem))
 }
 
 fn is_empty(value: &Value) -> bool {
@@ -442,19 +449,20 @@ impl<'v> Params<'v> {
         value: Option<&'v Value>,
         allowed: &[&str],
         unsupported: &[&str],
-    ) -> Result<Params<'v>, String> {
+    ) -> Result<Params<'v>, ConfigError> {
         let map = match value {
             None | Some(Value::Null) => None,
             Some(Value::Mapping(map)) => Some(map),
-            Some(_) => return Err(format!("{at}: must be a mapping")),
+            Some(_) => return Err(ConfigError::invalid(at, "must be a mapping")),
         };
         for key in map.into_iter().flat_map(Mapping::keys) {
             let Some(key) = key.as_str() else {
-                return Err(format!("{at}: parameter names must be strings"));
+                return Err(ConfigError::invalid(at, "parameter names must be strings"));
             };
             if unsupported.contains(&key) {
-                return Err(format!(
-                    "{at}.{key}: parameter of {plugin_type:?} not supported by wasm-epp yet"
+                return Err(ConfigError::invalid(
+                    format!("{at}.{key}"),
+                    format!("parameter of {plugin_type:?} not supported by wasm-epp yet"),
                 ));
             }
             if !allowed.contains(&key) {
@@ -463,8 +471,9 @@ impl<'v> Params<'v> {
                 } else {
                     format!("known: {}", allowed.join(", "))
                 };
-                return Err(format!(
-                    "{at}.{key}: unknown parameter of {plugin_type:?} ({known})"
+                return Err(ConfigError::invalid(
+                    format!("{at}.{key}"),
+                    format!("unknown parameter of {plugin_type:?} ({known})"),
                 ));
             }
         }
@@ -479,24 +488,23 @@ impl<'v> Params<'v> {
     }
 
     /// The parameter `key`, decoded as `T`.
-    fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, String> {
+    fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ConfigError> {
         self.value(key)
-            .map(|value| {
-                serde_yaml::from_value(value.clone()).map_err(|e| self.error(key, &e.to_string()))
-            })
+            .map(|value| serde_yaml::from_value(value.clone()).map_err(|e| self.error(key, e)))
             .transpose()
     }
 
     /// The parameter `key` as an integer of at least 1.
-    fn positive(&self, key: &str) -> Result<Option<u64>, String> {
+    fn positive(&self, key: &str) -> Result<Option<u64>, ConfigError> {
         match self.get::<u64>(key)? {
             Some(0) => Err(self.error(key, "must be at least 1")),
             other => Ok(other),
         }
     }
 
-    fn error(&self, key: &str, message: &str) -> String {
-        format!("{}.{key}: {message}", self.at)
+    /// The parameter `key` is not accepted, for `message`.
+    fn error(&self, key: &str, message: impl std::fmt::Display) -> ConfigError {
+        ConfigError::invalid(format!("{}.{key}", self.at), message.to_string())
     }
 }
 
@@ -504,7 +512,7 @@ impl<'v> Params<'v> {
 mod tests {
     use super::*;
 
-    fn build_yaml(plugin_type: &str, parameters: &str) -> Result<Plugin, String> {
+    fn build_yaml(plugin_type: &str, parameters: &str) -> Result<Plugin, ConfigError> {
         let value: Value = serde_yaml::from_str(parameters).unwrap();
         build("plugins[0]", plugin_type, Some(&value), &mut Vec::new())
     }
@@ -545,19 +553,21 @@ mod tests {
             ("file-discovery", "{watchFile: true}", "plugins[0].parameters.path: required"),
             ("file-discovery", "[a]", "plugins[0].parameters: must be a mapping"),
         ] {
-            let err = build_yaml(plugin_type, parameters).unwrap_err();
+            let err = build_yaml(plugin_type, parameters).unwrap_err().to_string();
             assert!(err.starts_with(expected), "{plugin_type} {parameters}: {err}");
         }
     }
 
     #[test]
     fn unknown_and_unsupported_types_are_told_apart() {
-        let err = build_yaml("token-load-scorer", "{}").unwrap_err();
+        let err = build_yaml("token-load-scorer", "{}")
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "plugins[0].type: plugin type \"token-load-scorer\" is not supported by wasm-epp yet"
         );
-        let err = build_yaml("bar", "{}").unwrap_err();
+        let err = build_yaml("bar", "{}").unwrap_err().to_string();
         assert_eq!(err, "plugins[0].type: unknown plugin type \"bar\"");
     }
 
@@ -693,7 +703,7 @@ mod tests {
             ("utilization-detector", "{inFlightLoadProducerName: p}", format!("{at}.inFlightLoadProducerName: parameter of \"utilization-detector\" not supported by wasm-epp yet")),
             ("utilization-detector", "{queueDepth: 3}", format!("{at}.queueDepth: unknown parameter")),
         ] {
-            let err = build_yaml(plugin_type, parameters).unwrap_err();
+            let err = build_yaml(plugin_type, parameters).unwrap_err().to_string();
             assert!(err.starts_with(&expected), "{plugin_type} {parameters}\n  gave: {err}\n  want: {expected}");
             assert!(!err.contains('\n'), "{err}");
         }

@@ -10,11 +10,27 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use thiserror::Error;
 use tracing::{info, warn};
 
-use crate::discovery::file::{poll_for_changes, read_limited};
+use super::ConfigError;
+use crate::discovery::file::{poll_for_changes, read_limited, ReadError};
 use crate::discovery::Source;
 use crate::store::Store;
+
+/// Why a changed file is not applied (logged, and the running config kept).
+#[derive(Debug, Error)]
+enum ReloadError {
+    /// The file cannot be read.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The file is not UTF-8 text.
+    #[error("not UTF-8")]
+    NotUtf8,
+    /// The file does not compile.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
 
 /// Watches `path` forever; `discovery` is the config's discovery at start-up.
 pub async fn watch(path: PathBuf, discovery: Option<Source>, store: Arc<Store>) {
@@ -23,12 +39,15 @@ pub async fn watch(path: PathBuf, discovery: Option<Source>, store: Arc<Store>) 
     poll_for_changes(
         initial,
         move || read_limited(&file),
-        |read: &Result<Vec<u8>, String>| {
+        |read: &Result<Vec<u8>, ReadError>| {
             let shown = path.display();
-            let compiled = read.clone().and_then(|bytes| {
-                let text = String::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
-                super::parse(&text)
-            });
+            let compiled = read
+                .clone()
+                .map_err(ReloadError::Read)
+                .and_then(|bytes| {
+                    let text = String::from_utf8(bytes).map_err(|_| ReloadError::NotUtf8)?;
+                    Ok(super::parse(&text)?)
+                });
             match compiled {
                 Ok(config) => {
                     if config.discovery != discovery {

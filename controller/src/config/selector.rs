@@ -12,6 +12,8 @@ use wasm_epp::scheduler::profile::{
     LabelSelector, LabelSelectorOperator, LabelSelectorRequirement,
 };
 
+use super::ConfigError;
+
 const PLUGIN_TYPE: &str = "label-selector-filter";
 
 /// Parses the selector in `parameters`; `at` is the parameters' path (`plugins[i].parameters`).
@@ -20,14 +22,11 @@ pub(crate) fn parse(
     at: &str,
     parameters: Option<&Value>,
     warnings: &mut Vec<String>,
-) -> Result<LabelSelector, String> {
+) -> Result<LabelSelector, ConfigError> {
     let selector = match mapping(at, parameters)? {
         Some(map) if map.contains_key("selector") => {
             if let Some(other) = map.keys().find(|key| key.as_str() != Some("selector")) {
-                return Err(format!(
-                    "{at}.{}: not allowed next to `selector` (give matchLabels and matchExpressions either directly or under selector)",
-                    key_name(other)
-                ));
+                return Err(ConfigError::invalid(format!("{at}.{}", key_name(other)), "not allowed next to `selector` (give matchLabels and matchExpressions either directly or under selector)"));
             }
             let nested_at = format!("{at}.selector");
             parse_selector(&nested_at, mapping(&nested_at, map.get("selector"))?, false)?
@@ -43,11 +42,11 @@ pub(crate) fn parse(
 }
 
 /// `value` as a mapping; null or absent is `None`.
-fn mapping<'v>(at: &str, value: Option<&'v Value>) -> Result<Option<&'v Mapping>, String> {
+fn mapping<'v>(at: &str, value: Option<&'v Value>) -> Result<Option<&'v Mapping>, ConfigError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Mapping(map)) => Ok(Some(map)),
-        Some(_) => Err(format!("{at}: must be a mapping")),
+        Some(_) => Err(ConfigError::invalid(at, "must be a mapping")),
     }
 }
 
@@ -62,7 +61,7 @@ fn parse_selector(
     at: &str,
     map: Option<&Mapping>,
     top_level: bool,
-) -> Result<LabelSelector, String> {
+) -> Result<LabelSelector, ConfigError> {
     let mut selector = LabelSelector::default();
     let Some(map) = map else {
         return Ok(selector);
@@ -82,9 +81,9 @@ fn parse_selector(
                 } else {
                     "matchLabels, matchExpressions"
                 };
-                return Err(format!(
-                    "{at}.{}: unknown parameter of {PLUGIN_TYPE:?} (known: {known})",
-                    key_name(key)
+                return Err(ConfigError::invalid(
+                    format!("{at}.{}", key_name(key)),
+                    format!("unknown parameter of {PLUGIN_TYPE:?} (known: {known})"),
                 ));
             }
         }
@@ -92,19 +91,22 @@ fn parse_selector(
     Ok(selector)
 }
 
-fn match_labels(at: &str, value: &Value) -> Result<BTreeMap<String, String>, String> {
+fn match_labels(at: &str, value: &Value) -> Result<BTreeMap<String, String>, ConfigError> {
     let mut labels = BTreeMap::new();
     let Some(map) = mapping(at, Some(value))? else {
         return Ok(labels);
     };
     for (key, value) in map {
         let Some(key) = key.as_str() else {
-            return Err(format!("{at}: label keys must be strings"));
+            return Err(ConfigError::invalid(at, "label keys must be strings"));
         };
         let field = format!("{at}[{key:?}]");
         check_key(&field, key)?;
         let Some(value) = value.as_str() else {
-            return Err(format!("{field}: the label value must be a string"));
+            return Err(ConfigError::invalid(
+                field,
+                "the label value must be a string",
+            ));
         };
         check_value(&field, value)?;
         labels.insert(key.to_string(), value.to_string());
@@ -112,11 +114,14 @@ fn match_labels(at: &str, value: &Value) -> Result<BTreeMap<String, String>, Str
     Ok(labels)
 }
 
-fn match_expressions(at: &str, value: &Value) -> Result<Vec<LabelSelectorRequirement>, String> {
+fn match_expressions(
+    at: &str,
+    value: &Value,
+) -> Result<Vec<LabelSelectorRequirement>, ConfigError> {
     let list = match value {
         Value::Null => return Ok(Vec::new()),
         Value::Sequence(list) => list,
-        _ => return Err(format!("{at}: must be a list")),
+        _ => return Err(ConfigError::invalid(at, "must be a list")),
     };
     list.iter()
         .enumerate()
@@ -124,38 +129,58 @@ fn match_expressions(at: &str, value: &Value) -> Result<Vec<LabelSelectorRequire
         .collect()
 }
 
-fn requirement(at: &str, entry: &Value) -> Result<LabelSelectorRequirement, String> {
+fn requirement(at: &str, entry: &Value) -> Result<LabelSelectorRequirement, ConfigError> {
     let Some(map) = mapping(at, Some(entry))? else {
-        return Err(format!("{at}: must be a mapping with key and operator"));
+        return Err(ConfigError::invalid(
+            at,
+            "must be a mapping with key and operator",
+        ));
     };
     for field in map.keys() {
         if !matches!(field.as_str(), Some("key" | "operator" | "values")) {
-            return Err(format!(
-                "{at}.{}: unknown field (known: key, operator, values)",
-                key_name(field)
+            return Err(ConfigError::invalid(
+                format!("{at}.{}", key_name(field)),
+                "unknown field (known: key, operator, values)",
             ));
         }
     }
     let key = match map.get("key") {
-        None | Some(Value::Null) => return Err(format!("{at}.key: required")),
+        None | Some(Value::Null) => {
+            return Err(ConfigError::invalid(format!("{at}.key"), "required"))
+        }
         Some(Value::String(key)) => key.clone(),
-        Some(_) => return Err(format!("{at}.key: must be a string")),
+        Some(_) => {
+            return Err(ConfigError::invalid(
+                format!("{at}.key"),
+                "must be a string",
+            ))
+        }
     };
     check_key(&format!("{at}.key"), &key)?;
     let operator = match map.get("operator") {
-        None | Some(Value::Null) => return Err(format!("{at}.operator: required")),
+        None | Some(Value::Null) => {
+            return Err(ConfigError::invalid(format!("{at}.operator"), "required"))
+        }
         Some(Value::String(op)) => match op.as_str() {
             "In" => LabelSelectorOperator::In,
             "NotIn" => LabelSelectorOperator::NotIn,
             "Exists" => LabelSelectorOperator::Exists,
             "DoesNotExist" => LabelSelectorOperator::DoesNotExist,
             other => {
-                return Err(format!(
-                    "{at}.operator: unknown operator {other:?} (expected In, NotIn, Exists or DoesNotExist)"
+                return Err(ConfigError::invalid(
+                    format!("{at}.operator"),
+                    format!(
+                        "unknown operator {other:?} (expected In, NotIn, Exists or DoesNotExist)"
+                    ),
                 ))
             }
         },
-        Some(_) => return Err(format!("{at}.operator: must be a string")),
+        Some(_) => {
+            return Err(ConfigError::invalid(
+                format!("{at}.operator"),
+                "must be a string",
+            ))
+        }
     };
     let values_at = format!("{at}.values");
     let values: Vec<String> = match map.get("values") {
@@ -166,25 +191,27 @@ fn requirement(at: &str, entry: &Value) -> Result<LabelSelectorRequirement, Stri
             .map(|(v, value)| {
                 let field = format!("{values_at}[{v}]");
                 let Some(value) = value.as_str() else {
-                    return Err(format!("{field}: must be a string"));
+                    return Err(ConfigError::invalid(field, "must be a string"));
                 };
                 check_value(&field, value)?;
                 Ok(value.to_string())
             })
-            .collect::<Result<_, String>>()?,
-        Some(_) => return Err(format!("{values_at}: must be a list of strings")),
+            .collect::<Result<_, ConfigError>>()?,
+        Some(_) => return Err(ConfigError::invalid(values_at, "must be a list of strings")),
     };
     match operator {
         LabelSelectorOperator::In | LabelSelectorOperator::NotIn if values.is_empty() => {
-            return Err(format!(
-                "{values_at}: must not be empty for operator {operator:?}"
+            return Err(ConfigError::invalid(
+                values_at,
+                format!("must not be empty for operator {operator:?}"),
             ))
         }
         LabelSelectorOperator::Exists | LabelSelectorOperator::DoesNotExist
             if !values.is_empty() =>
         {
-            return Err(format!(
-                "{values_at}: must be empty for operator {operator:?}"
+            return Err(ConfigError::invalid(
+                values_at,
+                format!("must be empty for operator {operator:?}"),
             ))
         }
         _ => {}
@@ -199,7 +226,7 @@ fn requirement(at: &str, entry: &Value) -> Result<LabelSelectorRequirement, Stri
 /// A Kubernetes label key: `[prefix/]name`, the prefix a DNS subdomain of at most 253
 /// characters, the name at most 63 characters of `[A-Za-z0-9_.-]` starting and ending with a
 /// letter or digit.
-fn check_key(at: &str, key: &str) -> Result<(), String> {
+fn check_key(at: &str, key: &str) -> Result<(), ConfigError> {
     let (prefix, name) = match key.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
@@ -214,7 +241,10 @@ fn check_key(at: &str, key: &str) -> Result<(), String> {
         name_problem(name)
     };
     match problem {
-        Some(problem) => Err(format!("{at}: invalid label key {key:?}: {problem}")),
+        Some(problem) => Err(ConfigError::invalid(
+            at,
+            format!("invalid label key {key:?}: {problem}"),
+        )),
         None => Ok(()),
     }
 }
@@ -230,13 +260,11 @@ fn name_problem(name: &str) -> Option<&'static str> {
 }
 
 /// A Kubernetes label value: empty, or a name as in [`check_key`].
-fn check_value(at: &str, value: &str) -> Result<(), String> {
+fn check_value(at: &str, value: &str) -> Result<(), ConfigError> {
     if value.is_empty() || is_label_token(value) {
         Ok(())
     } else {
-        Err(format!(
-            "{at}: invalid label value {value:?}: must be empty or at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
-        ))
+        Err(ConfigError::invalid(at, format!("invalid label value {value:?}: must be empty or at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit")))
     }
 }
 
@@ -270,7 +298,7 @@ fn is_lower_alnum(b: u8) -> bool {
 mod tests {
     use super::*;
 
-    fn parse_yaml(parameters: &str) -> Result<(LabelSelector, Vec<String>), String> {
+    fn parse_yaml(parameters: &str) -> Result<(LabelSelector, Vec<String>), ConfigError> {
         let value: Value = serde_yaml::from_str(parameters).unwrap();
         let mut warnings = Vec::new();
         parse("plugins[0].parameters", Some(&value), &mut warnings).map(|s| (s, warnings))
@@ -367,7 +395,7 @@ mod tests {
             ("{matchExpressions: [{key: a, operator: In, values: [x], value: y}]}", format!("{at}.matchExpressions[0].value: unknown field")),
             ("{matchExpressions: [{key: '', operator: Exists}]}", format!("{at}.matchExpressions[0].key: invalid label key \"\"")),
         ] {
-            let err = parse_yaml(parameters).unwrap_err();
+            let err = parse_yaml(parameters).unwrap_err().to_string();
             assert!(err.starts_with(&expected), "{parameters}\n  gave: {err}\n  want: {expected}");
             assert!(!err.contains('\n'), "{err}");
         }

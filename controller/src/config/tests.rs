@@ -7,8 +7,9 @@ use wasm_epp::scheduler::profile::{
 
 const HEADER: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n";
 
+/// Compiles `body` after the header; errors as the one line the user sees.
 fn compile_yaml(body: &str) -> Result<PickerConfig, String> {
-    parse(&format!("{HEADER}{body}"))
+    parse(&format!("{HEADER}{body}")).map_err(|e| e.to_string())
 }
 
 fn weights(profile: &Profile) -> Vec<(&str, f64)> {
@@ -564,10 +565,56 @@ fn each_error_names_its_field() {
 
 #[test]
 fn api_version_and_kind_are_checked() {
-    let err = parse("apiVersion: v1\nkind: EndpointPickerConfig\n").unwrap_err();
+    let err = parse("apiVersion: v1\nkind: EndpointPickerConfig\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("apiVersion: unsupported \"v1\""), "{err}");
-    let err = parse("apiVersion: llm-d.ai/v1alpha1\nkind: Pod\n").unwrap_err();
+    let err = parse("apiVersion: llm-d.ai/v1alpha1\nkind: Pod\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("kind: expected"), "{err}");
-    let err = parse("kind: EndpointPickerConfig\n").unwrap_err();
+    let err = parse("kind: EndpointPickerConfig\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("apiVersion"), "{err}");
+}
+
+#[test]
+fn errors_keep_the_field_apart_from_the_message() {
+    let field = |field: &str, message: &str| ConfigError::Field {
+        field: field.to_string(),
+        message: message.to_string(),
+    };
+    let compile = |body: &str| parse(&format!("{HEADER}{body}")).unwrap_err();
+    assert_eq!(
+        compile("schedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: foo\n"),
+        field(
+            "schedulingProfiles[0].plugins[0].pluginRef",
+            "no plugin named \"foo\""
+        )
+    );
+    assert_eq!(
+        compile(
+            "plugins:\n- type: core-metrics-extractor\n  parameters:\n    engineConfigs: [{name: x, kvUsageSpec: 'a{'}]\n"
+        ),
+        field(
+            "plugins[0].parameters.engineConfigs[0].kvUsageSpec",
+            "'a{': missing the closing brace"
+        )
+    );
+    assert_eq!(
+        compile(
+            "plugins:\n- type: utilization-detector\n  parameters: {metricsStalenessThreshold: soon}\n"
+        ),
+        field(
+            "plugins[0].parameters.metricsStalenessThreshold",
+            "invalid duration \"soon\" (examples: 50ms, 1s, 2m)"
+        )
+    );
+    assert!(matches!(
+        compile("plugins: 3\n"),
+        ConfigError::Syntax(message) if message.starts_with("plugins: invalid type")
+    ));
+    let missing = std::env::temp_dir().join("wasm-epp-config-test-no-such-file.yaml");
+    assert!(matches!(load(&missing), Err(ConfigError::Read(_))));
 }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use thiserror::Error;
 use tracing::{info, warn};
 use wasm_epp::snapshot::{Endpoint, Metrics};
 
@@ -35,6 +36,57 @@ pub struct FileSource {
     pub path: PathBuf,
     /// Re-read the file while running and apply changes.
     pub watch: bool,
+}
+
+/// Why a file cannot be read (by [`read_limited`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ReadError {
+    /// The file cannot be opened: the I/O error's text.
+    #[error("cannot open: {0}")]
+    Open(String),
+    /// The file cannot be read: the I/O error's text.
+    #[error("cannot read: {0}")]
+    Read(String),
+    /// The file is larger than [`MAX_FILE_BYTES`].
+    #[error("file is larger than {} bytes", MAX_FILE_BYTES)]
+    TooLarge,
+}
+
+/// Why an endpoints file is not accepted; one line. Most errors are
+/// [`EndpointsFileError::Field`], which names the field, e.g. `endpoints[2].port: …`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EndpointsFileError {
+    /// The file cannot be read.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The file is not UTF-8 text.
+    #[error("not UTF-8: {0}")]
+    NotUtf8(std::str::Utf8Error),
+    /// The file is empty or blank.
+    #[error("file is empty (write `endpoints: []` for an empty pool)")]
+    Empty,
+    /// Not YAML or JSON, or not shaped like an endpoints file (unknown or missing field, wrong
+    /// type): serde_yaml's message, which names the field and its position.
+    #[error("{0}")]
+    Syntax(String),
+    /// A field whose value is not accepted.
+    #[error("{field}: {message}")]
+    Field {
+        /// The field's path, e.g. `endpoints[2].port`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl EndpointsFileError {
+    /// The value of `field` is not accepted, for `message`.
+    fn invalid(field: impl Into<String>, message: impl Into<String>) -> EndpointsFileError {
+        EndpointsFileError::Field {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -66,7 +118,7 @@ enum Port {
 
 impl FileSource {
     /// Reads and validates the file.
-    pub fn load(&self) -> Result<Vec<Endpoint>, String> {
+    pub fn load(&self) -> Result<Vec<Endpoint>, EndpointsFileError> {
         parse_endpoints(&read_limited(&self.path)?)
     }
 
@@ -81,7 +133,7 @@ impl FileSource {
         poll_for_changes(
             None,
             move || read_limited(&path),
-            |read: &Result<Vec<u8>, String>| match read {
+            |read: &Result<Vec<u8>, ReadError>| match read {
                 Ok(bytes) => match parse_endpoints(bytes) {
                     Ok(endpoints) => {
                         let count = endpoints.len();
@@ -133,48 +185,56 @@ where
 }
 
 /// Reads `path`, refusing files over [`MAX_FILE_BYTES`].
-pub fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
+pub fn read_limited(path: &Path) -> Result<Vec<u8>, ReadError> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let file = std::fs::File::open(path).map_err(|e| ReadError::Open(e.to_string()))?;
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
+        .map_err(|e| ReadError::Read(e.to_string()))?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("file is larger than {MAX_FILE_BYTES} bytes"));
+        return Err(ReadError::TooLarge);
     }
     Ok(bytes)
 }
 
 /// Parses and validates an endpoints file (YAML or JSON). Errors name the offending field,
 /// e.g. `endpoints[2].port: ...`.
-pub fn parse_endpoints(bytes: &[u8]) -> Result<Vec<Endpoint>, String> {
-    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+pub fn parse_endpoints(bytes: &[u8]) -> Result<Vec<Endpoint>, EndpointsFileError> {
+    let text = std::str::from_utf8(bytes).map_err(EndpointsFileError::NotUtf8)?;
     if text.trim().is_empty() {
-        return Err("file is empty (write `endpoints: []` for an empty pool)".to_string());
+        return Err(EndpointsFileError::Empty);
     }
-    let file: EndpointsFile = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    let file: EndpointsFile =
+        serde_yaml::from_str(text).map_err(|e| EndpointsFileError::Syntax(e.to_string()))?;
     let mut seen = HashSet::new();
     let mut endpoints = Vec::with_capacity(file.endpoints.len());
     for (i, entry) in file.endpoints.into_iter().enumerate() {
         let at = format!("endpoints[{i}]");
         if entry.name.trim().is_empty() {
-            return Err(format!("{at}.name: must not be empty"));
+            return Err(EndpointsFileError::invalid(
+                format!("{at}.name"),
+                "must not be empty",
+            ));
         }
         let name = match entry.namespace.as_deref().filter(|ns| !ns.is_empty()) {
             Some(namespace) => format!("{namespace}/{}", entry.name),
             None => entry.name,
         };
         if !seen.insert(name.clone()) {
-            return Err(format!("{at}.name: duplicate endpoint {name:?}"));
+            return Err(EndpointsFileError::invalid(
+                format!("{at}.name"),
+                format!("duplicate endpoint {name:?}"),
+            ));
         }
         let address: IpAddr = entry.address.parse().map_err(|_| {
-            format!(
-                "{at}.address: {:?} is not an IPv4 or IPv6 address",
-                entry.address
+            EndpointsFileError::invalid(
+                format!("{at}.address"),
+                format!("{:?} is not an IPv4 or IPv6 address", entry.address),
             )
         })?;
-        let port = parse_port(&entry.port).map_err(|e| format!("{at}.port: {e}"))?;
+        let port = parse_port(&entry.port)
+            .map_err(|message| EndpointsFileError::invalid(format!("{at}.port"), message))?;
         endpoints.push(Endpoint {
             name,
             address: address.to_string(),
@@ -188,6 +248,7 @@ pub fn parse_endpoints(bytes: &[u8]) -> Result<Vec<Endpoint>, String> {
     Ok(endpoints)
 }
 
+/// The port number; the error is the message for the `port` field.
 fn parse_port(port: &Port) -> Result<u16, String> {
     let number = match port {
         Port::Number(n) => *n,
@@ -279,7 +340,7 @@ mod tests {
                 "endpoints[0]: unknown field `weight`",
             ),
         ] {
-            let err = parse_endpoints(text.as_bytes()).unwrap_err();
+            let err = parse_endpoints(text.as_bytes()).unwrap_err().to_string();
             assert!(err.starts_with(expected), "{text:?} gave {err:?}");
         }
     }
@@ -302,7 +363,8 @@ mod tests {
         text.push_str(&"#".repeat(MAX_FILE_BYTES as usize));
         std::fs::write(&path, text).unwrap();
         let err = FileSource { path, watch: false }.load().unwrap_err();
-        assert!(err.contains("larger than"), "{err}");
+        assert_eq!(err, EndpointsFileError::Read(ReadError::TooLarge));
+        assert!(err.to_string().contains("larger than"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -35,7 +35,7 @@ pub enum Discovery {
 impl Source {
     /// Loads the endpoint list known at startup (with empty metrics): the file's, or none for
     /// Kubernetes, whose watches list the endpoints once running.
-    pub fn load(&self) -> Result<Vec<Endpoint>, String> {
+    pub fn load(&self) -> Result<Vec<Endpoint>, file::EndpointsFileError> {
         match self {
             Source::File(source) => source.load(),
             Source::Kubernetes(_) => Ok(Vec::new()),

@@ -58,8 +58,8 @@ impl ManifestSource {
         let metadata = std::fs::metadata(&self.path)
             .map_err(|e| ManifestError::new(self.path.display(), format!("cannot open: {e}")))?;
         if !metadata.is_dir() {
-            let bytes =
-                read_limited(&self.path).map_err(|e| ManifestError::new(self.path.display(), e))?;
+            let bytes = read_limited(&self.path)
+                .map_err(|e| ManifestError::new(self.path.display(), e.to_string()))?;
             return Ok(vec![(self.path.clone(), bytes)]);
         }
         let listing = std::fs::read_dir(&self.path).map_err(|e| {
@@ -84,8 +84,8 @@ impl ManifestSource {
         paths
             .into_iter()
             .map(|(_, path)| {
-                let bytes =
-                    read_limited(&path).map_err(|e| ManifestError::new(path.display(), e))?;
+                let bytes = read_limited(&path)
+                    .map_err(|e| ManifestError::new(path.display(), e.to_string()))?;
                 Ok((path, bytes))
             })
             .collect()

@@ -136,7 +136,9 @@ fn every_example_picker_config_loads() {
         }
         if text.contains("- type: queue-scorer") {
             let typo = text.replace("- type: queue-scorer", "- type: queue-scorr");
-            let err = config::parse(&typo).expect_err("a misspelt plugin type loads");
+            let err = config::parse(&typo)
+                .expect_err("a misspelt plugin type loads")
+                .to_string();
             assert!(err.contains("queue-scorr"), "{place}: {err}");
         }
     }
