@@ -9,7 +9,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::scorers::{kv_cache_utilization_scorer, prefix_cache_scorer, queue_scorer};
+use super::filters::{decode_filter, label_selector_filter, prefill_filter, utilization_detector};
+use super::pickers::{max_score_picker, random_picker, weighted_random_picker};
+use super::scorers::{
+    active_request_scorer, kv_cache_utilization_scorer, load_aware_scorer, lora_affinity_scorer,
+    prefix_cache_scorer, queue_scorer, running_requests_size_scorer, session_affinity_scorer,
+};
 
 /// One scheduling profile: filters in order, then the weighted sum of scorers, then one picker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -276,24 +281,11 @@ impl Default for Profile {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scheduler::filters::{
-        decode_filter, label_selector_filter, prefill_filter, utilization_detector,
-    };
-    use crate::scheduler::pickers::{max_score_picker, random_picker, weighted_random_picker};
-    use crate::scheduler::scorers::{
-        active_request_scorer, load_aware_scorer, lora_affinity_scorer,
-        running_requests_size_scorer, session_affinity_scorer,
-    };
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
-
-    /// The plugin module's `TYPE` for each variant: a new variant does not compile until it
-    /// names its module here.
-    fn scorer_type(spec: &ScorerSpec) -> &'static str {
-        match spec {
+impl ScorerSpec {
+    /// The config `type`: the plugin module's `TYPE` (a new variant does not compile until it
+    /// names its module here).
+    pub fn type_name(&self) -> &'static str {
+        match self {
             ScorerSpec::Queue => queue_scorer::TYPE,
             ScorerSpec::KvCacheUtilization => kv_cache_utilization_scorer::TYPE,
             ScorerSpec::PrefixCache(_) => prefix_cache_scorer::TYPE,
@@ -304,23 +296,36 @@ mod tests {
             ScorerSpec::SessionAffinity => session_affinity_scorer::TYPE,
         }
     }
+}
 
-    fn picker_type(spec: &PickerSpec) -> &'static str {
-        match spec {
+impl PickerSpec {
+    /// The config `type`: the plugin module's `TYPE`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
             PickerSpec::MaxScore { .. } => max_score_picker::TYPE,
             PickerSpec::WeightedRandom { .. } => weighted_random_picker::TYPE,
             PickerSpec::Random { .. } => random_picker::TYPE,
         }
     }
+}
 
-    fn filter_type(spec: &FilterSpec) -> &'static str {
-        match spec {
+impl FilterSpec {
+    /// The config `type`: the plugin module's `TYPE`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
             FilterSpec::LabelSelector(_) => label_selector_filter::TYPE,
             FilterSpec::UtilizationDetector(_) => utilization_detector::TYPE,
             FilterSpec::Decode => decode_filter::TYPE,
             FilterSpec::Prefill => prefill_filter::TYPE,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// The `type` tag `value` serialises with.
     fn tag(value: &impl Serialize) -> String {
@@ -341,7 +346,7 @@ mod tests {
             ScorerSpec::SessionAffinity,
         ];
         for spec in &scorers {
-            assert_eq!(tag(spec), scorer_type(spec), "{spec:?}");
+            assert_eq!(tag(spec), spec.type_name(), "{spec:?}");
         }
         let pickers = [
             PickerSpec::MaxScore {
@@ -355,7 +360,7 @@ mod tests {
             },
         ];
         for spec in &pickers {
-            assert_eq!(tag(spec), picker_type(spec), "{spec:?}");
+            assert_eq!(tag(spec), spec.type_name(), "{spec:?}");
         }
         let filters = [
             FilterSpec::LabelSelector(LabelSelector::default()),
@@ -364,7 +369,7 @@ mod tests {
             FilterSpec::Prefill,
         ];
         for spec in &filters {
-            assert_eq!(tag(spec), filter_type(spec), "{spec:?}");
+            assert_eq!(tag(spec), spec.type_name(), "{spec:?}");
         }
     }
 }

@@ -14,6 +14,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_yaml::Value;
 use thiserror::Error;
+use wasm_epp::scheduler::filters::utilization_detector;
 use wasm_epp::scheduler::profile::{
     FilterSpec, PickerSpec, PrefixCacheParams, Profile, ScorerSpec, UtilizationParams,
     WeightedScorer,
@@ -121,21 +122,20 @@ pub fn profile_summary(profile: &Profile) -> String {
         .iter()
         .map(|s| format!("{}×{}", s.name, s.weight))
         .collect();
-    let picker = match &profile.picker {
-        PickerSpec::MaxScore {
-            max_num_of_endpoints,
-        } => format!("max-score-picker({max_num_of_endpoints})"),
-        PickerSpec::WeightedRandom {
-            max_num_of_endpoints,
-        } => format!("weighted-random-picker({max_num_of_endpoints})"),
-        PickerSpec::Random {
-            max_num_of_endpoints,
-        } => format!("random-picker({max_num_of_endpoints})"),
-    };
+    let (PickerSpec::MaxScore {
+        max_num_of_endpoints,
+    }
+    | PickerSpec::WeightedRandom {
+        max_num_of_endpoints,
+    }
+    | PickerSpec::Random {
+        max_num_of_endpoints,
+    }) = &profile.picker;
+    let picker = format!("{}({max_num_of_endpoints})", profile.picker.type_name());
     let filters = if profile.filters.is_empty() {
         String::new()
     } else {
-        let types: Vec<&str> = profile.filters.iter().map(filter_type).collect();
+        let types: Vec<&str> = profile.filters.iter().map(FilterSpec::type_name).collect();
         format!("filters {}; ", types.join(", "))
     };
     format!(
@@ -147,16 +147,6 @@ pub fn profile_summary(profile: &Profile) -> String {
             scorers.join(", ")
         }
     )
-}
-
-/// The upstream `type` of a filter.
-fn filter_type(filter: &FilterSpec) -> &'static str {
-    match filter {
-        FilterSpec::LabelSelector(_) => "label-selector-filter",
-        FilterSpec::UtilizationDetector(_) => "utilization-detector",
-        FilterSpec::Decode => "decode-filter",
-        FilterSpec::Prefill => "prefill-filter",
-    }
 }
 
 #[derive(Deserialize)]
@@ -596,7 +586,7 @@ fn saturation_detector(
     }
     let by_default_name = registry
         .by_name
-        .get("utilization-detector")
+        .get(utilization_detector::TYPE)
         .map(|&index| &registry.plugins[index].plugin);
     if let Some(Plugin::Detector(params)) = by_default_name {
         return Ok(params.clone());

@@ -8,13 +8,12 @@
 use std::collections::BTreeMap;
 
 use serde_yaml::{Mapping, Value};
+use wasm_epp::scheduler::filters::label_selector_filter::TYPE as PLUGIN_TYPE;
 use wasm_epp::scheduler::profile::{
     LabelSelector, LabelSelectorOperator, LabelSelectorRequirement,
 };
 
 use super::ConfigError;
-
-const PLUGIN_TYPE: &str = "label-selector-filter";
 
 /// Parses the selector in `parameters`; `at` is the parameters' path (`plugins[i].parameters`).
 /// An empty selector matches every endpoint (as upstream); that is accepted with a warning.
