@@ -398,36 +398,29 @@ def plain_envoy_config(admin_port: int, port: int, sims: Sequence[Sim],
                                ENDPOINTS=endpoints)
 
 
-def _replace_once(text: str, old: str, new: str) -> str:
-    if text.count(old) != 1:
-        raise ValueError(f"envoy/envoy.yaml: expected exactly one {old!r}, "
-                         f"found {text.count(old)}")
-    return text.replace(old, new)
-
-
-POLLER_CONFIG = '"longPollMs": 25000}'
+def render_envoy_template(name: str, **values: Any) -> str:
+    """`envoy/<name>.template` filled with `envoy/template-defaults.json`'s values for it,
+    overridden by `values` (the tests fill the same templates; a missing value raises)."""
+    defaults = json.loads((REPO / "envoy" / "template-defaults.json").read_text())[name]
+    template = string.Template((REPO / "envoy" / f"{name}.template").read_text())
+    return template.substitute({**defaults, **{k: str(v) for k, v in values.items()}})
 
 
 def epp_envoy_config(ctx: Ctx, admin_port: int, port: int, controller: Controller,
                      filter_config: str = '{"failOpen": false}',
                      wasm: Path | None = None, share_records: bool = True) -> str:
     """The shipped `envoy/envoy.yaml` (bootstrap poller singleton + wasm-epp filter +
-    ORIGINAL_DST cluster) with its ports, controller address, .wasm path (`wasm`, default the
-    shipped build) and filter configuration JSON replaced; `share_records=False` keeps this
-    Envoy's prefix records from the other replicas (`sharePrefixRecords`)."""
-    text = (ctx.repo / "envoy" / "envoy.yaml").read_text()
+    ORIGINAL_DST cluster), rendered from its template with these ports, controller address,
+    .wasm path (`wasm`, default the shipped build) and filter configuration JSON;
+    `share_records=False` keeps this Envoy's prefix records from the other replicas
+    (`sharePrefixRecords`)."""
+    defaults = json.loads((REPO / "envoy" / "template-defaults.json").read_text())["envoy.yaml"]
+    poller = json.loads(defaults["POLLER_CONFIG"])
     if not share_records:
-        text = _replace_once(text, POLLER_CONFIG,
-                             POLLER_CONFIG[:-1] + ', "sharePrefixRecords": false}')
-    text = _replace_once(text, "port_value: 9901", f"port_value: {admin_port}")
-    text = _replace_once(text, "port_value: 10000", f"port_value: {port}")
-    text = _replace_once(text, "port_value: 9002", f"port_value: {controller.port}")
-    text = _replace_once(text, "value: '{\"failOpen\": false}'",
-                         f"value: '{filter_config}'")
-    shipped = "filename: target/wasm32-wasip1/wasm/wasm_epp.wasm"
-    if text.count(shipped) != 2:
-        raise ValueError(f"envoy/envoy.yaml: expected the poller and the filter to load {shipped!r}")
-    return text.replace(shipped, f"filename: {wasm or ctx.wasm}")
+        poller["sharePrefixRecords"] = False
+    return render_envoy_template("envoy.yaml", ADMIN_PORT=admin_port, PORT=port,
+                                 CONTROLLER_PORT=controller.port, WASM=wasm or ctx.wasm,
+                                 FILTER_CONFIG=filter_config, POLLER_CONFIG=json.dumps(poller))
 
 
 def wait_picking(url: str, timeout: float = 15.0, proc: Proc | None = None) -> None:

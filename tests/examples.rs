@@ -1,13 +1,18 @@
 //! Every Wasm plugin configuration the project ships — in the Envoy configurations of `envoy/`,
 //! in the ConfigMaps of `examples/`, and in the Envoy Gateway EnvoyExtensionPolicy — parsed by
 //! the filter's real parser, in the role its place gives it: a bootstrap extension is the
-//! snapshot poller, an HTTP filter (or an EnvoyExtensionPolicy entry) the filter.
+//! snapshot poller, an HTTP filter (or an EnvoyExtensionPolicy entry) the filter. And the
+//! shipped Envoy configurations are their templates rendered with the default values.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_yaml::Value;
 use wasm_epp::plugin_config::PluginConfig;
+
+use common::{render_template, repo, template_defaults};
 
 /// Files holding Envoy configurations or Kubernetes manifests.
 const DIRS: [&str; 5] = [
@@ -34,7 +39,7 @@ struct Found {
 }
 
 fn yaml_files() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = repo();
     let mut files = Vec::new();
     for dir in DIRS {
         for entry in std::fs::read_dir(root.join(dir)).unwrap() {
@@ -147,5 +152,35 @@ fn a_misspelt_key_in_a_shipped_configuration_is_rejected() {
         let err = PluginConfig::parse(value.to_string().as_bytes())
             .expect_err("a misspelt key was accepted");
         assert!(err.contains("failopen"), "{}: {err}", f.place);
+    }
+}
+
+/// The first line of every rendered, shipped Envoy configuration.
+fn rendered_header(name: &str) -> String {
+    format!(
+        "# Rendered from envoy/{name}.template with envoy/template-defaults.json: edit those, then run\n\
+         # `WASM_EPP_BLESS=1 cargo test -p wasm-epp --test examples` to write this file.\n"
+    )
+}
+
+#[test]
+fn shipped_envoy_configs_are_their_templates_rendered() {
+    // The tests and the benchmark fill the same templates with their own ports and settings.
+    for name in [
+        "envoy.yaml",
+        "envoy-fallbacks.yaml",
+        "envoy-gateway-rendered.yaml",
+    ] {
+        let rendered = rendered_header(name) + &render_template(name, &template_defaults(name));
+        let shipped_path = repo().join("envoy").join(name);
+        if std::env::var_os("WASM_EPP_BLESS").is_some() {
+            std::fs::write(&shipped_path, &rendered).unwrap();
+        }
+        let shipped = std::fs::read_to_string(&shipped_path).unwrap();
+        assert!(
+            shipped == rendered,
+            "envoy/{name} is not envoy/{name}.template rendered with its defaults; edit the \
+             template and run `WASM_EPP_BLESS=1 cargo test -p wasm-epp --test examples`"
+        );
     }
 }

@@ -346,13 +346,13 @@ fn round_robin_envoy(scratch: &Scratch) -> (Proc, String) {
             )
         })
         .collect();
-    let template = fs::read_to_string(repo().join("envoy/plain.yaml.template"))
-        .expect("envoy/plain.yaml.template");
-    let config = template
-        .replace("${ADMIN_PORT}", &admin.to_string())
-        .replace("${PORT}", &port.to_string())
-        .replace("${LB_POLICY}", "ROUND_ROBIN")
-        .replace("${ENDPOINTS}", endpoints.trim_end());
+    let vars = HashMap::from([
+        ("ADMIN_PORT".to_string(), admin.to_string()),
+        ("PORT".to_string(), port.to_string()),
+        ("LB_POLICY".to_string(), "ROUND_ROBIN".to_string()),
+        ("ENDPOINTS".to_string(), endpoints.trim_end().to_string()),
+    ]);
+    let config = render_template("plain.yaml", &vars);
     let path = scratch.path("round-robin.yaml");
     fs::write(&path, config).expect("write the round-robin config");
     let proc = Proc::spawn(

@@ -36,6 +36,42 @@ pub fn bin(name: &str) -> PathBuf {
     from_env("WASM_EPP_BIN_DIR", "target/release").join(name)
 }
 
+/// The default values of `envoy/<name>.template`'s placeholders (`envoy/template-defaults.json`),
+/// with which the template renders to the shipped `envoy/<name>`.
+pub fn template_defaults(name: &str) -> HashMap<String, String> {
+    let path = repo().join("envoy/template-defaults.json");
+    let all: HashMap<String, HashMap<String, String>> =
+        serde_json::from_str(&fs::read_to_string(&path).expect("envoy/template-defaults.json"))
+            .expect("envoy/template-defaults.json: {file: {NAME: value}}");
+    all.get(name)
+        .unwrap_or_else(|| panic!("envoy/template-defaults.json has no {name:?}"))
+        .clone()
+}
+
+/// `envoy/<name>.template` with each `${NAME}` replaced by `vars[NAME]`; a placeholder without
+/// a value panics, naming it.
+pub fn render_template(name: &str, vars: &HashMap<String, String>) -> String {
+    let path = repo().join("envoy").join(format!("{name}.template"));
+    let template = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template.as_str();
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .unwrap_or_else(|| panic!("{}: unclosed ${{", path.display()));
+        let key = &after[..end];
+        let value = vars
+            .get(key)
+            .unwrap_or_else(|| panic!("{}: no value for ${{{key}}}", path.display()));
+        out.push_str(value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -374,38 +410,23 @@ impl Envoy {
     pub fn start(scratch: &Scratch, options: EnvoyOptions) -> Envoy {
         let (port, admin_port) = (free_port(), free_port());
         let wasm = from_env("WASM_EPP_WASM", "target/wasm32-wasip1/wasm/wasm_epp.wasm");
-        let filter_config = format!(
-            r#"{{"failOpen": {}, "explainDecisions": {}"#,
-            options.fail_open, options.explain
-        );
-        let replacements = [
-            ("port_value: 10000", format!("port_value: {port}")),
-            ("port_value: 9901", format!("port_value: {admin_port}")),
-            (
-                "port_value: 9002",
-                format!("port_value: {}", options.controller_port),
-            ),
-            (
-                "port_value: 8000",
-                format!("port_value: {}", options.fallback_port),
-            ),
-            (
-                "target/wasm32-wasip1/wasm/wasm_epp.wasm",
-                wasm.display().to_string(),
-            ),
-            // The filter configuration's first key; any keys after it are kept.
-            (r#"{"failOpen": false"#, filter_config),
-        ];
-        let shipped = repo().join("envoy").join(options.config);
-        let mut config = fs::read_to_string(&shipped).expect("shipped Envoy config");
-        for (from, to) in &replacements {
-            assert!(
-                config.contains(from),
-                "{} no longer contains {from:?}",
-                shipped.display()
-            );
-            config = config.replace(from, to);
+        let mut vars = template_defaults(options.config);
+        // The shipped filter configuration with this test's failOpen and explainDecisions.
+        let mut filter: serde_json::Value =
+            serde_json::from_str(&vars["FILTER_CONFIG"]).expect("FILTER_CONFIG is JSON");
+        filter["failOpen"] = options.fail_open.into();
+        filter["explainDecisions"] = options.explain.into();
+        for (name, value) in [
+            ("PORT", port.to_string()),
+            ("ADMIN_PORT", admin_port.to_string()),
+            ("CONTROLLER_PORT", options.controller_port.to_string()),
+            ("FALLBACK_PORT", options.fallback_port.to_string()),
+            ("WASM", wasm.display().to_string()),
+            ("FILTER_CONFIG", filter.to_string()),
+        ] {
+            vars.insert(name.to_string(), value);
         }
+        let config = render_template(options.config, &vars);
         let config_path = scratch.path("envoy.yaml");
         fs::write(&config_path, config).expect("write envoy config");
         let proc = Proc::spawn(
