@@ -139,7 +139,13 @@ def headline_rows(ratios: dict[str, float]) -> str:
                                               "act as one",
         "ttft_p90_unshared_over_shared_3replicas": "TTFT p90 of 3 replicas not sharing over 3 "
                                                    "sharing; > 1: sharing pays",
+        "vllm_prefix_hit_epp_minus_roundrobin": "real vLLM (2 CPU servers): prefix-cache hit "
+                                                "rate, wasm-epp minus round-robin (0.2 = 20 points)",
+        "vllm_ttft_p90_roundrobin_over_epp": "real vLLM: round-robin's TTFT p90 over "
+                                             "wasm-epp's; > 1: wasm-epp is faster",
     }
+    missing = [name for name in HEADLINE if name not in meaning]
+    assert not missing, f"headline figures without a meaning: {missing}"
     return "\n".join(f"| `{name}` | {_ratio_text(ratios.get(name, math.nan))} | "
                      f"{meaning[name]} |" for name in HEADLINE)
 
