@@ -9,6 +9,7 @@ use crate::phases::{Phase, PhaseTimer, Phases};
 use crate::plugin_config::FilterConfig;
 use crate::request::{self, Api};
 use crate::rewrite;
+use crate::scheduler::disaggregation::{self, ENCODER_HEADER, PREFILLER_HEADER};
 use crate::scheduler::prefix::PrefixIndex;
 use crate::scheduler::profile::{Profile, ScorerSpec};
 use crate::scheduler::rng::Rng;
@@ -33,7 +34,7 @@ const FAIRNESS_HEADERS: [&str; 2] = [
     "x-gateway-inference-fairness-id",
 ];
 /// Headers that steer the picker: read by the filter, never forwarded to a model server.
-pub const CONTROL_HEADERS: [&str; 8] = [
+pub const CONTROL_HEADERS: [&str; 10] = [
     DESTINATION_HEADER,
     SUBSET_HEADER,
     admission::OBJECTIVE_HEADER,
@@ -42,6 +43,8 @@ pub const CONTROL_HEADERS: [&str; 8] = [
     rewrite::DEPRECATED_MODEL_REWRITE_HEADER,
     FAIRNESS_HEADERS[0],
     FAIRNESS_HEADERS[1],
+    PREFILLER_HEADER,
+    ENCODER_HEADER,
 ];
 /// Candidates listed in the decision header.
 const EXPLAINED_CANDIDATES: usize = 3;
@@ -130,6 +133,8 @@ pub struct Route {
     pub body: Option<Vec<u8>>,
     /// `(target, client)` model names when responses must be rewritten back.
     pub model_rewrite: Option<(String, String)>,
+    /// The prefill endpoint's `ip:port` for [`PREFILLER_HEADER`] (a disaggregated request).
+    pub prefill: Option<String>,
     /// The session token to return to the client.
     pub session_token: Option<String>,
     /// The decision header's value.
@@ -295,11 +300,28 @@ impl Director {
             .map(|e| e.host_port())
             .collect::<Vec<_>>()
             .join(",");
+        if let Some(stage) = &snapshot.profile.disaggregation {
+            let prefill = disaggregation::prefill_pick(
+                stage,
+                &decision,
+                &endpoints,
+                &counts,
+                &request,
+                prefix_index,
+                &mut self.rng,
+                &mut self.timer,
+            );
+            route.prefill = prefill.map(Endpoint::host_port);
+        }
         if uses(snapshot, |s| matches!(s, ScorerSpec::SessionAffinity)) {
             route.session_token = Some(session_affinity_scorer::encode(&primary.name));
         }
         if config.explain_decisions {
-            route.explanation = Some(explain(&snapshot.profile, &decision, &endpoints));
+            let mut explanation = explain(&snapshot.profile, &decision, &endpoints);
+            if let Some(prefill) = &route.prefill {
+                explanation.push_str(&format!("; prefill={prefill}"));
+            }
+            route.explanation = Some(explanation);
         }
         Ok(route)
     }
@@ -363,8 +385,13 @@ fn no_candidates() -> InferenceError {
     )
 }
 
+/// Whether a scorer of the decode profile (or of its prefill stage) is `which`.
 fn uses(snapshot: &Snapshot, which: impl Fn(&ScorerSpec) -> bool) -> bool {
-    snapshot.profile.scorers.iter().any(|s| which(&s.scorer))
+    let profile = &snapshot.profile;
+    let prefill = profile.disaggregation.iter().map(|d| &d.prefill);
+    std::iter::once(profile)
+        .chain(prefill)
+        .any(|p| p.scorers.iter().any(|s| which(&s.scorer)))
 }
 
 /// `picked=<ip:port>; <ip:port> total=… <scorer>=…; …` for the best candidates, best first.

@@ -502,9 +502,13 @@ impl Store {
 pub const VOUCHED_MS: u64 = 2_000;
 
 /// The smallest metrics-staleness threshold of the profile (its saturation detector and any
-/// `utilization-detector` filter).
+/// `utilization-detector` filter, its prefill stage's included).
 fn staleness_threshold_ms(profile: &Profile) -> u64 {
-    let filters = profile.filters.iter().filter_map(|filter| match filter {
+    let prefill = profile.disaggregation.iter().map(|d| &d.prefill);
+    let all_filters = std::iter::once(profile)
+        .chain(prefill)
+        .flat_map(|p| &p.filters);
+    let filters = all_filters.filter_map(|filter| match filter {
         FilterSpec::UtilizationDetector(params) => Some(params.metrics_staleness_threshold_ms),
         _ => None,
     });

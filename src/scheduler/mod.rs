@@ -2,6 +2,7 @@
 //! scheduling profile does it. Plain Rust with no proxy-wasm types, tested natively and under
 //! wasm-bindgen-test.
 
+pub mod disaggregation;
 pub mod filters;
 pub mod fixed_scores;
 pub mod pickers;
@@ -47,6 +48,9 @@ pub struct Decision {
     pub totals: Vec<f64>,
     /// Each scorer's clamped, unweighted score per candidate, in the profile's scorer order.
     pub scores: Vec<Scores>,
+    /// Prompt tokens the primary pick likely has cached (`None` without a prefix-cache scorer),
+    /// for a prefill/decode decider.
+    pub primary_cached_tokens: Option<u64>,
 }
 
 /// One scorer's clamped scores per candidate: shared with the snapshot's cache for a scorer
@@ -163,6 +167,13 @@ pub fn schedule(
         .filter_map(|i| candidates.get(i).copied())
         .collect();
     timer.mark(Phase::Score);
+    let primary_cached_tokens = prefix.as_ref().map(|prefix| {
+        let position = picked
+            .first()
+            .and_then(|p| candidates.iter().position(|c| c == p));
+        let blocks = position.and_then(|i| prefix.matched_blocks.get(i).copied());
+        u64::try_from(blocks.unwrap_or(0)).unwrap_or(u64::MAX) * prefix.block_size_tokens
+    });
     if let (Some(prefix), Some(endpoint)) =
         (&prefix, picked.first().and_then(|&i| endpoints.get(i)))
     {
@@ -178,6 +189,7 @@ pub fn schedule(
         candidates,
         totals,
         scores,
+        primary_cached_tokens,
     })
 }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::disaggregation::Disaggregation;
 use super::filters::{decode_filter, label_selector_filter, prefill_filter, utilization_detector};
 use super::pickers::{max_score_picker, random_picker, weighted_random_picker};
 use super::scorers::{
@@ -32,6 +33,9 @@ pub struct Profile {
     /// pool is saturated); upstream's default `utilization-detector`.
     #[serde(default)]
     pub saturation_detector: UtilizationParams,
+    /// The prefill stage, when this is the decode profile of a `disagg-profile-handler`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disaggregation: Option<Box<Disaggregation>>,
 }
 
 /// Filter plugins by upstream config `type`.
@@ -277,6 +281,7 @@ impl Default for Profile {
                 max_num_of_endpoints: 1,
             },
             saturation_detector: UtilizationParams::default(),
+            disaggregation: None,
         }
     }
 }

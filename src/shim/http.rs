@@ -26,6 +26,7 @@ use crate::director::{
 };
 use crate::errors::{InferenceError, DROPPED_REASON_HEADER};
 use crate::rewrite::ResponseModelRewriter;
+use crate::scheduler::disaggregation::PREFILLER_HEADER;
 
 /// One request's filter state.
 pub struct PickerHttp {
@@ -130,6 +131,20 @@ impl PickerHttp {
             return reject(&InferenceError::Internal(
                 "cannot set the destination header".to_string(),
             ));
+        }
+        if let Some(prefill) = &route.prefill {
+            // One more header write (a host call, about a microsecond), only for a request the
+            // prefill/decode decider sent to a prefill endpoint.
+            if let Err(status) = counted(hostcalls::set_map_value(
+                headers,
+                PREFILLER_HEADER,
+                Some(prefill),
+            )) {
+                log::error!("wasm-epp: cannot set {PREFILLER_HEADER}: {status:?}");
+                return reject(&InferenceError::Internal(
+                    "cannot set the prefill header".to_string(),
+                ));
+            }
         }
         if let (Some(new_body), Some(old)) = (&route.body, body) {
             let length = new_body.len().to_string();

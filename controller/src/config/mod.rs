@@ -4,6 +4,7 @@
 //! Decoding is strict (unknown fields are rejected) and every error names the field it is
 //! about, e.g. `schedulingProfiles[0].plugins[1].pluginRef: no plugin named "foo"`.
 
+mod disaggregation;
 mod plugins;
 pub mod reload;
 mod selector;
@@ -22,6 +23,7 @@ use wasm_epp::scheduler::profile::{
 
 use crate::discovery::Source;
 use crate::engines::Engines;
+use disaggregation::Handler;
 use plugins::{Plugin, Role};
 
 /// The current config `apiVersion`.
@@ -138,7 +140,7 @@ pub fn profile_summary(profile: &Profile) -> String {
         let types: Vec<&str> = profile.filters.iter().map(FilterSpec::type_name).collect();
         format!("filters {}; ", types.join(", "))
     };
-    format!(
+    let mut summary = format!(
         "profile {:?}: {filters}{}; {picker}",
         profile.name,
         if scorers.is_empty() {
@@ -146,7 +148,15 @@ pub fn profile_summary(profile: &Profile) -> String {
         } else {
             scorers.join(", ")
         }
-    )
+    );
+    if let Some(stage) = &profile.disaggregation {
+        summary.push_str(&format!(
+            "; prefill stage by {}: {}",
+            stage.decider.type_name(),
+            profile_summary(&stage.prefill)
+        ));
+    }
+    summary
 }
 
 #[derive(Deserialize)]
@@ -340,6 +350,28 @@ impl Registry {
             .ok_or_else(|| ConfigError::invalid(at, format!("no plugin named {name:?}")))
     }
 
+    /// The `disagg-profile-handler` and its name, if one is configured; a second profile
+    /// handler of any type is an error.
+    fn disaggregation(&self) -> Result<Option<(&str, &Handler)>, ConfigError> {
+        let mut handlers = self.plugins.iter().filter(|named| {
+            matches!(
+                named.plugin,
+                Plugin::Disaggregation(_) | Plugin::Inherent(Role::ProfileHandler)
+            )
+        });
+        let first = handlers.next();
+        if let (Some(first), Some(second)) = (first, handlers.next()) {
+            return Err(ConfigError::invalid(
+                format!("plugins[{}].type", second.index),
+                format!("a second profile handler (first: {:?})", first.name),
+            ));
+        }
+        Ok(first.and_then(|named| match &named.plugin {
+            Plugin::Disaggregation(handler) => Some((named.name.as_str(), handler)),
+            _ => None,
+        }))
+    }
+
     /// The plugin named `name`, which must be a `utilization-detector`; `at` is the referencing
     /// field.
     fn resolve_detector(
@@ -432,12 +464,22 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, ConfigError> {
         None => None,
     };
     let registry = Registry::build(raw.plugins, &mut warnings)?;
-    let (mut profile, in_profile) = match raw.scheduling_profiles.filter(|list| !list.is_empty()) {
-        None => (default_profile(&registry)?, HashSet::new()),
-        Some(list) if list.len() > 1 => {
-            return Err(ConfigError::invalid("schedulingProfiles", format!("{} profiles configured; wasm-epp supports exactly one (multi-profile handlers are not supported yet)", list.len())))
+    let profiles = raw.scheduling_profiles.filter(|list| !list.is_empty());
+    let (mut profile, in_profile) = match (registry.disaggregation()?, profiles) {
+        (Some((name, handler)), Some(list)) => {
+            disaggregation::compile_profiles(name, handler, &list, &registry, &mut warnings)?
         }
-        Some(list) => explicit_profile(&list[0], &registry)?,
+        (Some((name, _)), None) => {
+            return Err(ConfigError::invalid(
+                "schedulingProfiles",
+                format!("{name:?} needs the decode (and prefill) profiles; none is configured"),
+            ))
+        }
+        (None, None) => (default_profile(&registry)?, HashSet::new()),
+        (None, Some(list)) if list.len() > 1 => {
+            return Err(ConfigError::invalid("schedulingProfiles", format!("{} profiles configured; the single-profile-handler runs exactly one (use disagg-profile-handler for prefill/decode profiles)", list.len())))
+        }
+        (None, Some(list)) => explicit_profile(0, &list[0], &registry)?,
     };
     // `flowControl.saturationDetector` wins over the deprecated top-level field (as upstream).
     let new_ref = flow_control_detector
@@ -646,17 +688,19 @@ fn default_profile(registry: &Registry) -> Result<Profile, ConfigError> {
         scorers,
         picker: picker.map_or_else(default_picker, |(_, spec)| spec),
         saturation_detector: Default::default(),
+        disaggregation: None,
     })
 }
 
 /// The one configured profile; also returns the indexes of the plugins it uses.
 fn explicit_profile(
+    index: usize,
     raw: &RawProfile,
     registry: &Registry,
 ) -> Result<(Profile, HashSet<usize>), ConfigError> {
     if raw.name.is_empty() {
         return Err(ConfigError::invalid(
-            "schedulingProfiles[0].name",
+            format!("schedulingProfiles[{index}].name"),
             "must not be empty",
         ));
     }
@@ -665,7 +709,7 @@ fn explicit_profile(
     let mut scorers: Vec<WeightedScorer> = Vec::new();
     let mut picker: Option<(&str, PickerSpec)> = None;
     for (j, entry) in raw.plugins.iter().enumerate() {
-        let at = format!("schedulingProfiles[0].plugins[{j}]");
+        let at = format!("schedulingProfiles[{index}].plugins[{j}]");
         let named = registry.resolve(&format!("{at}.pluginRef"), &entry.plugin_ref)?;
         if let Some(filter) = as_filter(&named.plugin) {
             if used.contains(&named.index) {
@@ -737,6 +781,7 @@ fn explicit_profile(
         scorers,
         picker: picker.map_or_else(default_picker, |(_, spec)| spec),
         saturation_detector: Default::default(),
+        disaggregation: None,
     };
     Ok((profile, used))
 }

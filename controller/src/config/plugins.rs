@@ -2,6 +2,7 @@
 
 use serde::de::DeserializeOwned;
 use serde_yaml::{Mapping, Value};
+use wasm_epp::scheduler::disaggregation::{self as pd, Decider};
 use wasm_epp::scheduler::profile::{
     ActiveRequestParams, FilterSpec, LoadAwareParams, PickerSpec, PrefixCacheParams, ScorerSpec,
     UtilizationParams,
@@ -9,6 +10,7 @@ use wasm_epp::scheduler::profile::{
 use wasm_epp::scheduler::scorers::session_affinity_scorer::TOKEN_HEADER as SESSION_TOKEN_HEADER;
 use wasm_epp::scheduler::{filters, pickers, prefix, scorers};
 
+use super::disaggregation::{self, Handler};
 use super::{selector, ConfigError};
 use crate::discovery::file::FileSource;
 use crate::duration::parse_duration;
@@ -35,6 +37,10 @@ pub(crate) enum Plugin {
     Discovery(FileSource),
     /// `core-metrics-extractor`: the engines whose metric names it reads.
     Extractor(Engines),
+    /// `disagg-profile-handler`.
+    Disaggregation(Handler),
+    /// A prefill/decode decider.
+    Decider(Decider),
     /// A plugin whose behaviour wasm-epp has built in; configuring it changes nothing.
     Inherent(Role),
 }
@@ -76,9 +82,6 @@ const NOT_YET_SUPPORTED: &[&str] = &[
     "concurrency-detector",
     "header-based-testing-filter",
     // Profile handlers and deciders.
-    "disagg-profile-handler",
-    "prefix-based-pd-decider",
-    "always-disagg-pd-decider",
     "always-disagg-multimodal-decider",
     "header-profile-handler",
     "data-parallel-profile-handler",
@@ -240,6 +243,17 @@ pub(crate) fn build(
             &[],
         )?),
         "single-profile-handler" => inherent(Role::ProfileHandler, warnings),
+        pd::TYPE => {
+            disaggregation::handler(&params(disaggregation::HANDLER_PARAMETERS, &[])?, warnings)
+        }
+        pd::PREFIX_BASED_DECIDER_TYPE => disaggregation::prefix_based_decider(&params(
+            &["nonCachedTokens", "promptTokens"],
+            &[],
+        )?),
+        pd::ALWAYS_DECIDER_TYPE => {
+            params(&[], &[])?;
+            Ok(Plugin::Decider(Decider::Always))
+        }
         "token-producer" => inherent(Role::DataProducer, warnings),
         "openai-parser" | "passthrough-parser" => inherent(Role::Parser, warnings),
         "" => Err(ConfigError::invalid(
@@ -435,7 +449,7 @@ fn is_empty(value: &Value) -> bool {
 }
 
 /// A plugin's `parameters` mapping, with the keys checked against the known ones.
-struct Params<'v> {
+pub(super) struct Params<'v> {
     at: &'v str,
     map: Option<&'v Mapping>,
 }
@@ -480,15 +494,20 @@ impl<'v> Params<'v> {
         Ok(Params { at, map })
     }
 
+    /// The parameters' path, e.g. `plugins[2].parameters`.
+    pub(super) fn at(&self) -> &str {
+        self.at
+    }
+
     /// The parameter `key` as given; `None` when absent or null.
-    fn value(&self, key: &str) -> Option<&'v Value> {
+    pub(super) fn value(&self, key: &str) -> Option<&'v Value> {
         self.map
             .and_then(|map| map.get(key))
             .filter(|value| !value.is_null())
     }
 
     /// The parameter `key`, decoded as `T`.
-    fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ConfigError> {
+    pub(super) fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ConfigError> {
         self.value(key)
             .map(|value| serde_yaml::from_value(value.clone()).map_err(|e| self.error(key, e)))
             .transpose()
@@ -503,7 +522,7 @@ impl<'v> Params<'v> {
     }
 
     /// The parameter `key` is not accepted, for `message`.
-    fn error(&self, key: &str, message: impl std::fmt::Display) -> ConfigError {
+    pub(super) fn error(&self, key: &str, message: impl std::fmt::Display) -> ConfigError {
         ConfigError::invalid(format!("{}.{key}", self.at), message.to_string())
     }
 }
