@@ -27,6 +27,13 @@ pub const DESTINATION_HEADER: HeaderName =
 pub const RECEIVED_DESTINATION_HEADER: HeaderName =
     HeaderName::from_static("x-sim-received-destination");
 
+/// The prefill endpoint a P/D gateway named (`x-prefiller-host-port`; a real decode server's
+/// routing sidecar would run the prefill there).
+pub const PREFILLER_HEADER: HeaderName = HeaderName::from_static("x-prefiller-host-port");
+/// Echo of [`PREFILLER_HEADER`], when the request had one.
+pub const RECEIVED_PREFILLER_HEADER: HeaderName =
+    HeaderName::from_static("x-sim-received-prefiller");
+
 /// Names (comma-separated, sorted) of the gateway control headers the request arrived with —
 /// `x-llm-d-*` and `x-gateway-*` other than the destination — so tests can see what a gateway
 /// forwarded. Absent when there were none.
@@ -42,6 +49,7 @@ where
     B::Error: Into<Box<dyn Error + Send + Sync>>,
 {
     let destination = request.headers().get(DESTINATION_HEADER).cloned();
+    let prefiller = request.headers().get(PREFILLER_HEADER).cloned();
     let control = control_header_names(request.headers());
     let mut response = route(&app, request)
         .await
@@ -53,6 +61,9 @@ where
     }
     if let Some(control) = control {
         headers.insert(RECEIVED_CONTROL_HEADER, control);
+    }
+    if let Some(prefiller) = prefiller {
+        headers.insert(RECEIVED_PREFILLER_HEADER, prefiller);
     }
     Ok(response)
 }
