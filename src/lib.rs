@@ -18,6 +18,7 @@ pub mod rewrite;
 pub mod scheduler;
 pub mod shared_data;
 pub mod snapshot;
+pub mod subset;
 
 #[cfg(all(target_arch = "wasm32", feature = "proxy"))]
 mod shim;
