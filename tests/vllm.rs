@@ -430,6 +430,22 @@ fn lora_requests_follow_the_adapter_a_server_is_running() {
             "{server} never reported {adapter} running: {}",
             front.metrics_of(&server)
         );
+        // The controller knows; wait until the filter's snapshot does too (under the CPU load
+        // of the running request the poller and the worker can lag the controller): a probe
+        // held to that server by the subset header shows its score in the decision header.
+        assert!(
+            wait_until(SEE, || {
+                let reply = post(
+                    &front.envoy.url("/v1/completions"),
+                    &completion_body(adapter, &format!("{adapter} ready?"), 1).to_string(),
+                    &[("x-gateway-destination-endpoint-subset", server.as_str())],
+                );
+                reply
+                    .header("x-wasm-epp-decision")
+                    .is_some_and(|d| d.contains("lora-affinity-scorer=1.000"))
+            }),
+            "the filter never saw {adapter} running on {server}"
+        );
         for i in 0..3 {
             let reply = front.post(
                 "/v1/completions",
