@@ -4,6 +4,7 @@
 //! applies the outcome.
 
 use crate::admission;
+use crate::decision_header;
 use crate::errors::InferenceError;
 use crate::phases::{Phase, PhaseTimer, Phases};
 use crate::plugin_config::FilterConfig;
@@ -11,21 +12,21 @@ use crate::request::{self, Api};
 use crate::rewrite;
 use crate::scheduler::disaggregation::{self, ENCODER_HEADER, PREFILLER_HEADER};
 use crate::scheduler::prefix::PrefixIndex;
-use crate::scheduler::profile::{Profile, ScorerSpec};
+use crate::scheduler::profile::{ScorerSpec, SessionAffinityParams, SessionStrategy};
 use crate::scheduler::rng::Rng;
 use crate::scheduler::scorers::session_affinity_scorer;
-use crate::scheduler::{self, Decision, Request};
+use crate::scheduler::{self, Request};
+use crate::shared_data::SharedStore;
 use crate::snapshot::{Endpoint, Snapshot};
 use crate::subset::{candidates, no_candidates};
 
 /// Request header carrying the chosen endpoint(s), `ip:port[,ip:port…]`.
 pub const DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
+pub use crate::decision_header::DECISION_HEADER;
 /// Request and response header of the session-affinity scorer (its home:
 /// [`session_affinity_scorer`]).
 pub use crate::scheduler::scorers::session_affinity_scorer::TOKEN_HEADER as SESSION_TOKEN_HEADER;
 pub use crate::subset::SUBSET_HEADER;
-/// Response header explaining the decision, when `explainDecisions` is on.
-pub const DECISION_HEADER: &str = "x-wasm-epp-decision";
 /// Request header of upstream flow-control fairness (and its deprecated alias); not used by
 /// wasm-epp, removed like the other control headers.
 const FAIRNESS_HEADERS: [&str; 2] = [
@@ -45,8 +46,6 @@ pub const CONTROL_HEADERS: [&str; 10] = [
     PREFILLER_HEADER,
     ENCODER_HEADER,
 ];
-/// Candidates listed in the decision header.
-const EXPLAINED_CANDIDATES: usize = 3;
 
 /// What the filter saw of one request.
 #[derive(Debug, Clone, Copy, Default)]
@@ -63,6 +62,8 @@ pub struct Incoming<'a> {
     pub subset: Option<&'a str>,
     /// The session token header's value.
     pub session_token: Option<&'a str>,
+    /// The session id header's value (`session_id` strategy).
+    pub session_id: Option<&'a str>,
     /// Wall-clock time, milliseconds since the Unix epoch.
     pub now_unix_ms: u64,
 }
@@ -81,6 +82,8 @@ pub struct Controls {
     pub subset: Option<String>,
     /// The session token header.
     pub session_token: Option<String>,
+    /// The session id header.
+    pub session_id: Option<String>,
 }
 
 impl Controls {
@@ -101,6 +104,7 @@ impl Controls {
             ),
             subset: header(SUBSET_HEADER),
             session_token: header(SESSION_TOKEN_HEADER),
+            session_id: header(session_affinity_scorer::SESSION_ID_HEADER),
         }
     }
 
@@ -113,6 +117,7 @@ impl Controls {
             model_rewrite: self.model_rewrite.as_deref(),
             subset: self.subset.as_deref(),
             session_token: self.session_token.as_deref(),
+            session_id: self.session_id.as_deref(),
             now_unix_ms,
         }
     }
@@ -130,14 +135,24 @@ pub struct Route {
     pub primary_key: u64,
     /// A replacement request body (the model was rewritten).
     pub body: Option<Vec<u8>>,
-    /// `(target, client)` model names when responses must be rewritten back.
-    pub model_rewrite: Option<(String, String)>,
     /// The prefill endpoint's `ip:port` for [`PREFILLER_HEADER`] (a disaggregated request).
     pub prefill: Option<String>,
+    /// The model the client asked for and the one the request goes out with (empty for a
+    /// request without a body); when they differ, responses are rewritten back.
+    pub models: (String, String),
     /// The session token to return to the client.
     pub session_token: Option<String>,
     /// The decision header's value.
     pub explanation: Option<String>,
+}
+
+impl Route {
+    /// `(target, client)` model names when the model was rewritten and responses must be
+    /// rewritten back.
+    pub fn model_rewrite(&self) -> Option<(&str, &str)> {
+        let (client, target) = &self.models;
+        (client != target).then_some((target.as_str(), client.as_str()))
+    }
 }
 
 /// What to do with a request.
@@ -182,7 +197,8 @@ impl Director {
     }
 
     /// Decides one request. `in_flight` reports this proxy's in-flight count for an endpoint
-    /// (only asked when a scorer needs it); `prefix_index` is this worker's prefix index.
+    /// (only asked when a scorer needs it); `prefix_index` is this worker's prefix index;
+    /// `sessions` holds the `session_id` strategy's bindings (`None`: nothing is bound).
     pub fn decide(
         &mut self,
         snapshot: Option<&Snapshot>,
@@ -190,6 +206,7 @@ impl Director {
         incoming: &Incoming<'_>,
         in_flight: impl Fn(&Endpoint) -> u64,
         prefix_index: &mut PrefixIndex,
+        sessions: Option<&dyn SharedStore>,
     ) -> Outcome {
         let Some(snapshot) = snapshot else {
             return if config.fail_open {
@@ -199,7 +216,14 @@ impl Director {
             };
         };
         self.timer.start();
-        let routed = self.route(snapshot, config, incoming, in_flight, prefix_index);
+        let routed = self.route(
+            snapshot,
+            config,
+            incoming,
+            in_flight,
+            prefix_index,
+            sessions,
+        );
         self.timer.mark(Phase::Score);
         match routed {
             Ok(route) => Outcome::Route(route),
@@ -214,6 +238,7 @@ impl Director {
         incoming: &Incoming<'_>,
         in_flight: impl Fn(&Endpoint) -> u64,
         prefix_index: &mut PrefixIndex,
+        sessions: Option<&dyn SharedStore>,
     ) -> Result<Route, InferenceError> {
         let endpoints = candidates(&snapshot.endpoints, incoming.subset)?;
         let Some(body) = incoming.body else {
@@ -244,9 +269,9 @@ impl Director {
             .0;
             if target != parsed.model {
                 route.body = Some(rewrite::rewrite_request_model(body, &target)?);
-                route.model_rewrite = Some((target.clone(), parsed.model.to_string()));
             }
         }
+        route.models = (parsed.model.to_string(), target.clone());
         let metrics_unix_ms = snapshot.metrics_clock(incoming.now_unix_ms);
         let priority = admission::objective_priority(&snapshot.objectives, incoming.objective);
         if priority < 0 {
@@ -257,9 +282,22 @@ impl Director {
             );
             admission::admit(priority, saturation)?;
         }
+        // `session_id` strategy: the request's session and its binding (one shared-data read).
+        let session_id = session_id_strategy(snapshot)
+            .zip(
+                incoming
+                    .session_id
+                    .map(str::trim)
+                    .filter(|id| !id.is_empty()),
+            )
+            .zip(sessions);
+        let bound = session_id.and_then(|((params, id), store)| {
+            session_affinity_scorer::lookup(store, id, incoming.now_unix_ms, params.eviction_ttl_ms)
+        });
         let session = incoming
             .session_token
-            .and_then(session_affinity_scorer::decode);
+            .and_then(session_affinity_scorer::decode)
+            .or_else(|| bound.as_ref().map(|(endpoint, _)| endpoint.clone()));
         let counts: Vec<u64> = if uses(snapshot, |s| matches!(s, ScorerSpec::ActiveRequest(_))) {
             endpoints.iter().map(|e| in_flight(e)).collect()
         } else {
@@ -312,11 +350,31 @@ impl Director {
             );
             route.prefill = prefill.map(Endpoint::host_port);
         }
-        if uses(snapshot, |s| matches!(s, ScorerSpec::SessionAffinity)) {
+        if let Some(((_, id), store)) = session_id {
+            let bound_was_candidate = bound.as_ref().is_some_and(|(name, _)| {
+                decision
+                    .candidates
+                    .iter()
+                    .any(|&i| endpoints.get(i).is_some_and(|e| e.name == *name))
+            });
+            session_affinity_scorer::settle(
+                store,
+                id,
+                bound.as_ref(),
+                bound_was_candidate,
+                &primary.name,
+                incoming.now_unix_ms,
+            );
+        }
+        if uses(
+            snapshot,
+            |s| matches!(s, ScorerSpec::SessionAffinity(p) if p.strategy == SessionStrategy::EncodedEndpointHeader),
+        ) {
             route.session_token = Some(session_affinity_scorer::encode(&primary.name));
         }
         if config.explain_decisions {
-            let mut explanation = explain(&snapshot.profile, &decision, &endpoints);
+            let mut explanation =
+                decision_header::explain(&snapshot.profile, &decision, &endpoints);
             if let Some(prefill) = &route.prefill {
                 explanation.push_str(&format!("; prefill={prefill}"));
             }
@@ -326,6 +384,22 @@ impl Director {
     }
 }
 
+/// The primary profile's `session-affinity-scorer` with the `session_id` strategy, if any.
+fn session_id_strategy(snapshot: &Snapshot) -> Option<&SessionAffinityParams> {
+    snapshot
+        .profile
+        .scorers
+        .iter()
+        .find_map(|s| match &s.scorer {
+            ScorerSpec::SessionAffinity(params)
+                if params.strategy == SessionStrategy::SessionId =>
+            {
+                Some(params)
+            }
+            _ => None,
+        })
+}
+
 /// Whether a scorer of the decode profile (or of its prefill stage) is `which`.
 fn uses(snapshot: &Snapshot, which: impl Fn(&ScorerSpec) -> bool) -> bool {
     let profile = &snapshot.profile;
@@ -333,38 +407,6 @@ fn uses(snapshot: &Snapshot, which: impl Fn(&ScorerSpec) -> bool) -> bool {
     std::iter::once(profile)
         .chain(prefill)
         .any(|p| p.scorers.iter().any(|s| which(&s.scorer)))
-}
-
-/// `picked=<ip:port>; <ip:port> total=… <scorer>=…; …` for the best candidates, best first.
-fn explain(profile: &Profile, decision: &Decision, endpoints: &[&Endpoint]) -> String {
-    let mut order: Vec<usize> = (0..decision.candidates.len()).collect();
-    order.sort_by(|&a, &b| decision.totals[b].total_cmp(&decision.totals[a]));
-    let picked = decision
-        .picked
-        .iter()
-        .filter_map(|&i| endpoints.get(i))
-        .map(|e| e.host_port())
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut out = format!("picked={picked}");
-    for &c in order.iter().take(EXPLAINED_CANDIDATES) {
-        let Some(endpoint) = decision.candidates.get(c).and_then(|&i| endpoints.get(i)) else {
-            continue;
-        };
-        out.push_str(&format!(
-            "; {} total={:.3}",
-            endpoint.host_port(),
-            decision.totals[c]
-        ));
-        for (scorer, scores) in profile.scorers.iter().zip(&decision.scores) {
-            out.push_str(&format!(
-                " {}={:.3}",
-                scorer.name,
-                scores.get(c).copied().unwrap_or(0.0)
-            ));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -402,7 +444,7 @@ mod tests {
     }
 
     fn decide(s: Option<&Snapshot>, config: &FilterConfig, incoming: &Incoming<'_>) -> Outcome {
-        Director::new(1).decide(s, config, incoming, |_| 0, &mut PrefixIndex::new(64))
+        Director::new(1).decide(s, config, incoming, |_| 0, &mut PrefixIndex::new(64), None)
     }
 
     fn route(outcome: Outcome) -> Route {
@@ -533,6 +575,7 @@ mod tests {
                     &models,
                     |_| 0,
                     &mut store,
+                    None,
                 ))
                 .primary
             })
@@ -556,6 +599,7 @@ mod tests {
                 &completion(),
                 busy_first,
                 &mut PrefixIndex::new(4),
+                None,
             );
             assert_eq!(route(out).primary, "10.0.0.2:8000");
         }
@@ -680,10 +724,11 @@ mod tests {
             }],
         }];
         let r = route(decide(Some(&s), &FilterConfig::default(), &completion()));
-        let body: serde_json::Value = serde_json::from_slice(&r.body.unwrap_or_default()).unwrap();
+        let body: serde_json::Value =
+            serde_json::from_slice(r.body.as_deref().unwrap_or_default()).unwrap();
         assert_eq!(body["model"], "m-lora");
         assert_eq!(body["prompt"], "hi");
-        assert_eq!(r.model_rewrite, Some(("m-lora".into(), "m".into())));
+        assert_eq!(r.model_rewrite(), Some(("m-lora", "m")));
         // The header forces a target when no rule matches.
         s.rewrites.clear();
         let forced = Incoming {
@@ -691,7 +736,7 @@ mod tests {
             ..completion()
         };
         let r = route(decide(Some(&s), &FilterConfig::default(), &forced));
-        assert_eq!(r.model_rewrite, Some(("other".into(), "m".into())));
+        assert_eq!(r.model_rewrite(), Some(("other", "m")));
     }
 
     #[test]
@@ -700,7 +745,7 @@ mod tests {
         s.profile.scorers = vec![WeightedScorer {
             name: "session-affinity-scorer".into(),
             weight: 1.0,
-            scorer: ScorerSpec::SessionAffinity,
+            scorer: ScorerSpec::SessionAffinity(SessionAffinityParams::default()),
         }];
         let token = session_affinity_scorer::encode("pod-2");
         for seed in 0..10 {
@@ -714,6 +759,7 @@ mod tests {
                 &incoming,
                 |_| 0,
                 &mut PrefixIndex::new(4),
+                None,
             ));
             assert_eq!(r.primary, "10.0.0.2:8000");
             assert_eq!(r.session_token.as_deref(), Some(token.as_str()));

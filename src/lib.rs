@@ -5,6 +5,7 @@
 //! `proxy` feature, a thin Proxy-Wasm shell that wires them into Envoy.
 
 pub mod admission;
+pub mod decision_header;
 pub mod director;
 pub mod errors;
 pub mod exchange;
@@ -14,6 +15,7 @@ pub mod phases;
 pub mod plugin_config;
 pub mod replica_records;
 pub mod request;
+pub mod request_metrics;
 pub mod rewrite;
 pub mod scheduler;
 pub mod shared_data;

@@ -34,6 +34,8 @@ pub struct FilterConfig {
     pub explain_decisions: bool,
     /// Buckets of the shared prefix index (each holds up to 8 blocks); bounds its memory.
     pub prefix_index_buckets: u32,
+    /// Emit the request metrics (`llm_d_epp_request_*`, see [`crate::request_metrics`]).
+    pub request_metrics: bool,
     /// Filter-side polling: present when the configuration names `controllerCluster` (the
     /// poller's keys sit in the same JSON object). Absent, the snapshot comes from a bootstrap
     /// poller.
@@ -47,6 +49,7 @@ impl Default for FilterConfig {
             fail_open: false,
             explain_decisions: false,
             prefix_index_buckets: 16_384,
+            request_metrics: true,
             controller: None,
         }
     }

@@ -169,10 +169,11 @@ fn every_fuzzed_request_is_decided_with_a_client_error_or_a_member() {
             model_rewrite: header(&mut rng),
             subset: header(&mut rng),
             session_token: header(&mut rng),
+            session_id: header(&mut rng),
             now_unix_ms: 1_000,
         };
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            director.decide(Some(&snapshot), &config, &incoming, |_| 1, &mut store)
+            director.decide(Some(&snapshot), &config, &incoming, |_| 1, &mut store, None)
         }))
         .unwrap_or_else(|_| panic!("case {case} panicked: {incoming:?}"));
         match outcome {

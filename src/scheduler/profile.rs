@@ -154,10 +154,41 @@ pub enum ScorerSpec {
     /// `load-aware-scorer`: 0.5 for an empty queue, falling linearly to 0 at `threshold`.
     #[serde(rename = "load-aware-scorer")]
     LoadAware(LoadAwareParams),
-    /// `session-affinity-scorer` (`encoded_endpoint_header` strategy): 1 for the endpoint the
-    /// request's session token names, 0 for the others.
+    /// `session-affinity-scorer`: 1 for the endpoint the request's session is bound to (by its
+    /// token, or by its session id), 0 for the others.
     #[serde(rename = "session-affinity-scorer")]
-    SessionAffinity,
+    SessionAffinity(SessionAffinityParams),
+}
+
+/// Parameters of `session-affinity-scorer`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SessionAffinityParams {
+    /// How a request names its session.
+    pub strategy: SessionStrategy,
+    /// `session_id`: a binding not used for this long (milliseconds) is forgotten.
+    pub eviction_ttl_ms: u64,
+}
+
+impl Default for SessionAffinityParams {
+    fn default() -> Self {
+        SessionAffinityParams {
+            strategy: SessionStrategy::EncodedEndpointHeader,
+            eviction_ttl_ms: 300_000,
+        }
+    }
+}
+
+/// The session-affinity strategies (upstream names).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionStrategy {
+    /// The client returns the token (base64 of the endpoint's name) the filter gave it.
+    #[default]
+    #[serde(rename = "encoded_endpoint_header")]
+    EncodedEndpointHeader,
+    /// The client names its session in `x-session-id`; the proxy keeps the binding.
+    #[serde(rename = "session_id")]
+    SessionId,
 }
 
 /// Parameters of `load-aware-scorer`.
@@ -298,7 +329,7 @@ impl ScorerSpec {
             ScorerSpec::LoraAffinity => lora_affinity_scorer::TYPE,
             ScorerSpec::RunningRequestsSize => running_requests_size_scorer::TYPE,
             ScorerSpec::LoadAware(_) => load_aware_scorer::TYPE,
-            ScorerSpec::SessionAffinity => session_affinity_scorer::TYPE,
+            ScorerSpec::SessionAffinity(_) => session_affinity_scorer::TYPE,
         }
     }
 }
@@ -348,7 +379,7 @@ mod tests {
             ScorerSpec::LoraAffinity,
             ScorerSpec::RunningRequestsSize,
             ScorerSpec::LoadAware(LoadAwareParams::default()),
-            ScorerSpec::SessionAffinity,
+            ScorerSpec::SessionAffinity(SessionAffinityParams::default()),
         ];
         for spec in &scorers {
             assert_eq!(tag(spec), spec.type_name(), "{spec:?}");

@@ -25,6 +25,7 @@ use crate::director::{
     Controls, Outcome, CONTROL_HEADERS, DECISION_HEADER, DESTINATION_HEADER, SESSION_TOKEN_HEADER,
 };
 use crate::errors::{InferenceError, DROPPED_REASON_HEADER};
+use crate::request_metrics::{Kind, Labels};
 use crate::rewrite::ResponseModelRewriter;
 use crate::scheduler::disaggregation::PREFILLER_HEADER;
 
@@ -45,6 +46,11 @@ pub struct PickerHttp {
     decided: bool,
     /// Host calls this request's callbacks made.
     host_calls: u64,
+    /// The request-metric labels and the decision's clock reading (ns), while the request
+    /// still has a time to first byte or a duration to record.
+    timing: Option<(Labels, u64)>,
+    /// The first response body byte has been timed.
+    first_byte: bool,
 }
 
 impl PickerHttp {
@@ -58,6 +64,8 @@ impl PickerHttp {
             response_rewriter: None,
             body_seen: false,
             decided: false,
+            timing: None,
+            first_byte: false,
             host_calls: 0,
         }
     }
@@ -97,10 +105,13 @@ impl PickerHttp {
         // One clock read serves as the decision's time and as the start of its timing.
         let started_ns = counted(shared::now_ns());
         let incoming = self.controls.incoming(body, started_ns / 1_000_000);
-        let outcome = {
+        let (outcome, labels) = {
             let mut worker = self.worker.borrow_mut();
             worker.decide(&incoming, started_ns)
         };
+        if matches!(outcome, Outcome::Route(_)) {
+            self.timing = labels.map(|labels| (labels, started_ns));
+        }
         timed(ShimPhase::Apply, || self.apply(outcome, body))
     }
 
@@ -170,15 +181,15 @@ impl PickerHttp {
         }
         self.worker.borrow_mut().begin(route.primary_key);
         self.in_flight = Some(route.primary_key);
+        self.response_rewriter = route
+            .model_rewrite()
+            .map(|(target, client)| ResponseModelRewriter::new(target, client));
         if let Some(token) = route.session_token {
             self.response_headers.push((SESSION_TOKEN_HEADER, token));
         }
         if let Some(explanation) = route.explanation {
             self.response_headers.push((DECISION_HEADER, explanation));
         }
-        self.response_rewriter = route
-            .model_rewrite
-            .map(|(target, client)| ResponseModelRewriter::new(&target, &client));
         Action::Continue
     }
 
@@ -197,6 +208,15 @@ impl PickerHttp {
             let _ = counted(hostcalls::set_map_value(headers, "content-length", None));
         }
         Action::Continue
+    }
+
+    /// Records the milliseconds since the decision as this request's `kind` sample (no-op
+    /// without request metrics or for a request that was not routed).
+    fn sample_since_decision(&mut self, kind: Kind) {
+        if let Some((labels, decided_ns)) = self.timing {
+            let elapsed_ms = counted(shared::now_ns()).saturating_sub(decided_ns) / 1_000_000;
+            self.worker.borrow_mut().sample(kind, labels, elapsed_ms);
+        }
     }
 
     /// Rewrites the model name in one response body chunk back to the client's.
@@ -301,6 +321,10 @@ impl HttpContext for PickerHttp {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if body_size > 0 && !std::mem::replace(&mut self.first_byte, true) {
+            // One clock read (a host call) per routed request, for its time to first byte.
+            self.counting(|this| this.sample_since_decision(Kind::TtftMs));
+        }
         if self.response_rewriter.as_ref().is_none_or(|r| r.is_noop()) {
             return Action::Continue;
         }
@@ -312,6 +336,9 @@ impl HttpContext for PickerHttp {
     }
 
     fn on_log(&mut self) {
+        // One clock read per routed request, for its duration (after the response: no one
+        // waits on it).
+        self.counting(|this| this.sample_since_decision(Kind::DurationMs));
         let mut worker = self.worker.borrow_mut();
         if let Some(key) = self.in_flight.take() {
             worker.end(key);

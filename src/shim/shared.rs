@@ -10,6 +10,7 @@ use std::time::UNIX_EPOCH;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 
+use super::calls::counted;
 use crate::shared_data::{SharedQueues, SharedStore};
 use crate::snapshot::SnapshotId;
 
@@ -74,6 +75,19 @@ impl SharedStore for SharedHost {
 
     fn set(&self, key: &str, value: &[u8], token: Option<u32>) -> bool {
         hostcalls::set_shared_data(key, Some(value), token).is_ok()
+    }
+}
+
+/// [`SharedHost`] on the request path: each call is counted in the request's host calls.
+pub struct CountedSharedHost;
+
+impl SharedStore for CountedSharedHost {
+    fn get(&self, key: &str) -> Option<(Option<Vec<u8>>, Option<u32>)> {
+        counted(hostcalls::get_shared_data(key)).ok()
+    }
+
+    fn set(&self, key: &str, value: &[u8], token: Option<u32>) -> bool {
+        counted(hostcalls::set_shared_data(key, Some(value), token)).is_ok()
     }
 }
 

@@ -114,6 +114,8 @@ impl PickState {
                 &incoming,
                 |e| self.in_flight_of(&e.host_port()),
                 prefix_index,
+                // No session_id bindings in the baseline.
+                None,
             )
         };
         lock(&self.durations).record(started.elapsed());

@@ -6,13 +6,13 @@
 
 mod disaggregation;
 mod plugins;
+mod raw;
 pub mod reload;
 mod selector;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use serde::Deserialize;
 use serde_yaml::Value;
 use thiserror::Error;
 use wasm_epp::scheduler::filters::utilization_detector;
@@ -25,6 +25,7 @@ use crate::discovery::Source;
 use crate::engines::Engines;
 use disaggregation::Handler;
 use plugins::{Plugin, Role};
+use raw::{RawConfig, RawDataLayer, RawOptionalRef, RawPlugin, RawProfile};
 
 /// The current config `apiVersion`.
 pub const API_VERSION: &str = "llm-d.ai/v1alpha1";
@@ -157,93 +158,6 @@ pub fn profile_summary(profile: &Profile) -> String {
         ));
     }
     summary
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawConfig {
-    api_version: String,
-    kind: String,
-    #[serde(default)]
-    feature_gates: Vec<String>,
-    #[serde(default)]
-    plugins: Vec<RawPlugin>,
-    scheduling_profiles: Option<Vec<RawProfile>>,
-    data_layer: Option<RawDataLayer>,
-    request_handler: Option<RawRequestHandler>,
-    saturation_detector: Option<RawOptionalRef>,
-    parser: Option<RawRef>,
-    flow_control: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPlugin {
-    name: Option<String>,
-    #[serde(rename = "type", default)]
-    plugin_type: String,
-    parameters: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawProfile {
-    name: String,
-    #[serde(default)]
-    plugins: Vec<RawProfilePlugin>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawProfilePlugin {
-    plugin_ref: String,
-    weight: Option<f64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawDataLayer {
-    inject_defaults: Option<bool>,
-    #[serde(default)]
-    sources: Vec<RawSource>,
-    discovery: Option<RawRef>,
-    peer_discovery: Option<Value>,
-    cross_replica_syncer_plugin_ref: Option<Value>,
-    cross_replica_sync_interval: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawSource {
-    plugin_ref: String,
-    #[serde(default)]
-    extractors: Vec<RawRef>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawRef {
-    plugin_ref: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawOptionalRef {
-    plugin_ref: Option<String>,
-}
-
-impl RawOptionalRef {
-    /// The reference, unless absent or empty (upstream treats both as the default).
-    fn name(&self) -> Option<&str> {
-        self.plugin_ref.as_deref().filter(|name| !name.is_empty())
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRequestHandler {
-    #[serde(default)]
-    parsers: Vec<RawRef>,
 }
 
 /// A configured plugin instance.

@@ -7,7 +7,10 @@ use wasm_epp::scheduler::profile::{
     ActiveRequestParams, FilterSpec, LoadAwareParams, PickerSpec, PrefixCacheParams, ScorerSpec,
     UtilizationParams,
 };
-use wasm_epp::scheduler::scorers::session_affinity_scorer::TOKEN_HEADER as SESSION_TOKEN_HEADER;
+use wasm_epp::scheduler::profile::{SessionAffinityParams, SessionStrategy};
+use wasm_epp::scheduler::scorers::session_affinity_scorer::{
+    SESSION_ID_HEADER, TOKEN_HEADER as SESSION_TOKEN_HEADER,
+};
 use wasm_epp::scheduler::{filters, pickers, prefix, scorers};
 
 use super::disaggregation::{self, Handler};
@@ -184,7 +187,12 @@ pub(crate) fn build(
             Ok(scorer(ScorerSpec::LoadAware(load)))
         }
         scorers::session_affinity_scorer::TYPE => session_affinity_scorer(&params(
-            &["strategy", "headerName"],
+            &[
+                "strategy",
+                "headerName",
+                "encodedEndpointHeaderConfig",
+                "sessionIdConfig",
+            ],
             &[
                 "profileName",
                 "evictionTtlSeconds",
@@ -309,35 +317,114 @@ fn active_request_scorer(params: &Params<'_>) -> Result<Plugin, ConfigError> {
     Ok(scorer(ScorerSpec::ActiveRequest(active)))
 }
 
+/// `sessionIdConfig` of `session-affinity-scorer`.
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SessionIdConfig {
+    #[serde(default)]
+    sources: Vec<SessionSource>,
+    eviction_ttl_seconds: Option<f64>,
+    eviction_sweep_seconds: Option<f64>,
+}
+
+/// One `sessionIdConfig.sources` entry.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionSource {
+    header: Option<String>,
+    attribute: Option<String>,
+    producer: Option<String>,
+}
+
+/// `encodedEndpointHeaderConfig` of `session-affinity-scorer`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EncodedHeaderConfig {
+    header: Option<String>,
+}
+
 fn session_affinity_scorer(params: &Params<'_>) -> Result<Plugin, ConfigError> {
+    let mut session = SessionAffinityParams::default();
     match params.get::<String>("strategy")?.as_deref() {
         None | Some("encoded_endpoint_header") => {}
-        Some(strategy @ ("session_id" | "session_id_header")) => {
+        Some("session_id") => session.strategy = SessionStrategy::SessionId,
+        Some(strategy @ "session_id_header") => {
             return Err(params.error(
                 "strategy",
                 format!(
-                "{strategy:?} is not supported by wasm-epp yet (only \"encoded_endpoint_header\")"
+                "{strategy:?} is not supported by wasm-epp yet (only \"encoded_endpoint_header\" and \"session_id\")"
             ),
             ))
         }
         Some(other) => {
             return Err(params.error(
                 "strategy",
-                format!("unknown strategy {other:?} (expected \"encoded_endpoint_header\")"),
+                format!("unknown strategy {other:?} (expected \"encoded_endpoint_header\" or \"session_id\")"),
             ))
         }
     }
-    if let Some(header) = params.get::<String>("headerName")? {
+    // The token header: `encodedEndpointHeaderConfig.header`, or its former name `headerName`.
+    let nested = params
+        .get::<EncodedHeaderConfig>("encodedEndpointHeaderConfig")?
+        .and_then(|c| c.header)
+        .map(|h| ("encodedEndpointHeaderConfig.header", h));
+    let header = nested.or(params
+        .get::<String>("headerName")?
+        .map(|h| ("headerName", h)));
+    if let Some((key, header)) = header {
         if !header.eq_ignore_ascii_case(SESSION_TOKEN_HEADER) {
             return Err(params.error(
-                "headerName",
+                key,
                 format!(
                     "{header:?} is not supported by wasm-epp yet (only the default {SESSION_TOKEN_HEADER:?})"
                 ),
             ));
         }
     }
-    Ok(scorer(ScorerSpec::SessionAffinity))
+    let config = params
+        .get::<SessionIdConfig>("sessionIdConfig")?
+        .unwrap_or_default();
+    for (i, source) in config.sources.iter().enumerate() {
+        let at = format!("sessionIdConfig.sources[{i}]");
+        match (&source.header, &source.attribute) {
+            (Some(header), None) if header.trim().eq_ignore_ascii_case(SESSION_ID_HEADER) => {}
+            (Some(header), None) => {
+                return Err(params.error(
+                    &format!("{at}.header"),
+                    format!("{header:?} is not supported by wasm-epp yet (only the default {SESSION_ID_HEADER:?})"),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(params.error(
+                    &format!("{at}.attribute"),
+                    "attribute sources are not supported by wasm-epp yet (only the header x-session-id)",
+                ))
+            }
+            _ => {
+                return Err(params.error(&at, "exactly one of header or attribute must be set"))
+            }
+        }
+        if source.producer.is_some() {
+            return Err(params.error(&format!("{at}.producer"), "not supported by wasm-epp yet"));
+        }
+    }
+    for (key, value) in [
+        ("evictionTtlSeconds", config.eviction_ttl_seconds),
+        ("evictionSweepSeconds", config.eviction_sweep_seconds),
+    ] {
+        if value.is_some_and(|v| !v.is_finite() || v < 0.0) {
+            return Err(params.error(
+                &format!("sessionIdConfig.{key}"),
+                "must be a number of seconds of at least 0 (0: the default)",
+            ));
+        }
+    }
+    if let Some(ttl) = config.eviction_ttl_seconds.filter(|&t| t > 0.0) {
+        session.eviction_ttl_ms = (ttl * 1000.0).round().max(1.0) as u64;
+    }
+    // `evictionSweepSeconds` is accepted: a binding past its TTL is ignored when read, and its
+    // slot is reused, so nothing needs sweeping.
+    Ok(scorer(ScorerSpec::SessionAffinity(session)))
 }
 
 fn utilization_detector(params: &Params<'_>) -> Result<Plugin, ConfigError> {
@@ -528,218 +615,4 @@ impl<'v> Params<'v> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn build_yaml(plugin_type: &str, parameters: &str) -> Result<Plugin, ConfigError> {
-        let value: Value = serde_yaml::from_str(parameters).unwrap();
-        build("plugins[0]", plugin_type, Some(&value), &mut Vec::new())
-    }
-
-    #[test]
-    fn builds_scorers_and_pickers_with_parameters() {
-        assert_eq!(
-            build_yaml("random-picker", "maxNumOfEndpoints: 3").unwrap(),
-            Plugin::Picker(PickerSpec::Random {
-                max_num_of_endpoints: 3
-            })
-        );
-        let Plugin::Scorer {
-            spec: ScorerSpec::PrefixCache(params),
-            producer,
-        } = build_yaml(
-            "prefix-cache-scorer",
-            "{matchLengthWeight: 0.5, matchLengthScaleTokens: 512, prefixMatchInfoProducerName: p}",
-        )
-        .unwrap()
-        else {
-            panic!("not a prefix scorer");
-        };
-        assert_eq!(params.match_length_weight, 0.5);
-        assert_eq!(params.match_length_scale_tokens, 512);
-        assert_eq!(producer.as_deref(), Some("p"));
-    }
-
-    #[test]
-    fn parameter_errors_name_the_parameter() {
-        for (plugin_type, parameters, expected) in [
-            ("queue-scorer", "{foo: 1}", "plugins[0].parameters.foo: unknown parameter"),
-            ("max-score-picker", "{maxNumOfEndpoints: 0}", "plugins[0].parameters.maxNumOfEndpoints: must be at least 1"),
-            ("max-score-picker", "{maxNumOfEndpoints: many}", "plugins[0].parameters.maxNumOfEndpoints: invalid type"),
-            ("prefix-cache-scorer", "{matchLengthWeight: 2}", "plugins[0].parameters.matchLengthWeight: must be between 0 and 1"),
-            ("approx-prefix-cache-producer", "{maxPrefixBlocksToMatch: 4}", "plugins[0].parameters.maxPrefixBlocksToMatch: parameter of \"approx-prefix-cache-producer\" not supported"),
-            ("approx-prefix-cache-producer", "{autoTune: maybe}", "plugins[0].parameters.autoTune:"),
-            ("file-discovery", "{watchFile: true}", "plugins[0].parameters.path: required"),
-            ("file-discovery", "[a]", "plugins[0].parameters: must be a mapping"),
-        ] {
-            let err = build_yaml(plugin_type, parameters).unwrap_err().to_string();
-            assert!(err.starts_with(expected), "{plugin_type} {parameters}: {err}");
-        }
-    }
-
-    #[test]
-    fn unknown_and_unsupported_types_are_told_apart() {
-        let err = build_yaml("token-load-scorer", "{}")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            err,
-            "plugins[0].type: plugin type \"token-load-scorer\" is not supported by wasm-epp yet"
-        );
-        let err = build_yaml("bar", "{}").unwrap_err().to_string();
-        assert_eq!(err, "plugins[0].type: unknown plugin type \"bar\"");
-    }
-
-    fn built(plugin_type: &str, parameters: &str) -> Plugin {
-        build_yaml(plugin_type, parameters)
-            .unwrap_or_else(|e| panic!("{plugin_type} {parameters}: {e}"))
-    }
-
-    #[test]
-    fn new_scorers_with_defaults_and_parameters() {
-        for (plugin_type, spec) in [
-            ("lora-affinity-scorer", ScorerSpec::LoraAffinity),
-            (
-                "running-requests-size-scorer",
-                ScorerSpec::RunningRequestsSize,
-            ),
-            (
-                "load-aware-scorer",
-                ScorerSpec::LoadAware(LoadAwareParams { threshold: 128 }),
-            ),
-            ("session-affinity-scorer", ScorerSpec::SessionAffinity),
-        ] {
-            assert_eq!(
-                built(plugin_type, "{}"),
-                scorer(spec.clone()),
-                "{plugin_type}"
-            );
-            assert_eq!(built(plugin_type, "~"), scorer(spec), "{plugin_type}");
-        }
-        assert_eq!(
-            built("load-aware-scorer", "{threshold: 16}"),
-            scorer(ScorerSpec::LoadAware(LoadAwareParams { threshold: 16 }))
-        );
-        assert_eq!(
-            built(
-                "session-affinity-scorer",
-                "{strategy: encoded_endpoint_header, headerName: X-Session-Token}"
-            ),
-            scorer(ScorerSpec::SessionAffinity)
-        );
-    }
-
-    #[test]
-    fn new_filters_and_picker() {
-        assert_eq!(
-            built("decode-filter", "{}"),
-            Plugin::Filter(FilterSpec::Decode)
-        );
-        assert_eq!(
-            built("prefill-filter", "~"),
-            Plugin::Filter(FilterSpec::Prefill)
-        );
-        assert_eq!(
-            built("weighted-random-picker", "{}"),
-            Plugin::Picker(PickerSpec::WeightedRandom {
-                max_num_of_endpoints: 1
-            })
-        );
-        assert_eq!(
-            built("weighted-random-picker", "{maxNumOfEndpoints: 3}"),
-            Plugin::Picker(PickerSpec::WeightedRandom {
-                max_num_of_endpoints: 3
-            })
-        );
-        for plugin_type in ["label-selector-filter", "by-label-selector"] {
-            let Plugin::Filter(FilterSpec::LabelSelector(selector)) =
-                built(plugin_type, "{matchLabels: {llm-d.ai/role: decode}}")
-            else {
-                panic!("{plugin_type}: not a label selector filter");
-            };
-            assert_eq!(selector.match_labels["llm-d.ai/role"], "decode");
-        }
-    }
-
-    #[test]
-    fn utilization_detector_defaults_and_parameters() {
-        assert_eq!(
-            built("utilization-detector", "{}"),
-            Plugin::Detector(UtilizationParams::default())
-        );
-        assert_eq!(
-            built(
-                "utilization-detector",
-                "{queueDepthThreshold: 10, kvCacheUtilThreshold: 1, metricsStalenessThreshold: 1.5s, headroom: 0.25}"
-            ),
-            Plugin::Detector(UtilizationParams {
-                queue_depth_threshold: 10.0,
-                kv_cache_util_threshold: 1.0,
-                metrics_staleness_threshold_ms: 1500,
-                headroom: 0.25,
-            })
-        );
-        let Plugin::Detector(params) = built(
-            "utilization-detector",
-            "{metricsStalenessThreshold: 1m30s, headroom: 0}",
-        ) else {
-            panic!("not a detector");
-        };
-        assert_eq!(params.metrics_staleness_threshold_ms, 90_000);
-        assert_eq!(params.headroom, 0.0);
-    }
-
-    #[test]
-    fn new_plugin_parameter_errors_name_the_parameter() {
-        let at = "plugins[0].parameters";
-        for (plugin_type, parameters, expected) in [
-            ("lora-affinity-scorer", "{x: 1}", format!("{at}.x: unknown parameter of \"lora-affinity-scorer\" (it takes none)")),
-            ("running-requests-size-scorer", "{x: 1}", format!("{at}.x: unknown parameter")),
-            ("load-aware-scorer", "{threshold: 0}", format!("{at}.threshold: must be at least 1")),
-            ("load-aware-scorer", "{threshold: -3}", format!("{at}.threshold: invalid")),
-            ("load-aware-scorer", "{queueThreshold: 3}", format!("{at}.queueThreshold: unknown parameter")),
-            ("session-affinity-scorer", "{strategy: session_id}", format!("{at}.strategy: \"session_id\" is not supported by wasm-epp yet")),
-            ("session-affinity-scorer", "{strategy: session_id_header}", format!("{at}.strategy: \"session_id_header\" is not supported by wasm-epp yet")),
-            ("session-affinity-scorer", "{strategy: sticky}", format!("{at}.strategy: unknown strategy \"sticky\"")),
-            ("session-affinity-scorer", "{headerName: x-my-session}", format!("{at}.headerName: \"x-my-session\" is not supported by wasm-epp yet")),
-            ("session-affinity-scorer", "{profileName: prefill}", format!("{at}.profileName: parameter of \"session-affinity-scorer\" not supported by wasm-epp yet")),
-            ("session-affinity-scorer", "{evictionTtlSeconds: 60}", format!("{at}.evictionTtlSeconds: parameter of \"session-affinity-scorer\" not supported")),
-            ("session-affinity-scorer", "{ttl: 60}", format!("{at}.ttl: unknown parameter")),
-            ("decode-filter", "{role: x}", format!("{at}.role: unknown parameter of \"decode-filter\"")),
-            ("prefill-filter", "[x]", format!("{at}: must be a mapping")),
-            ("label-selector-filter", "{matchExpressions: [{key: a, operator: In}]}", format!("{at}.matchExpressions[0].values: must not be empty for operator In")),
-            ("weighted-random-picker", "{maxNumOfEndpoints: 0}", format!("{at}.maxNumOfEndpoints: must be at least 1")),
-            ("weighted-random-picker", "{seed: 1}", format!("{at}.seed: unknown parameter")),
-            ("utilization-detector", "{queueDepthThreshold: 0}", format!("{at}.queueDepthThreshold: must be at least 1")),
-            ("utilization-detector", "{queueDepthThreshold: 2.5}", format!("{at}.queueDepthThreshold: invalid type")),
-            ("utilization-detector", "{kvCacheUtilThreshold: 0}", format!("{at}.kvCacheUtilThreshold: must be greater than 0 and at most 1")),
-            ("utilization-detector", "{kvCacheUtilThreshold: 1.2}", format!("{at}.kvCacheUtilThreshold: must be greater than 0 and at most 1")),
-            ("utilization-detector", "{metricsStalenessThreshold: 200}", format!("{at}.metricsStalenessThreshold: must be a duration string such as 200ms")),
-            ("utilization-detector", "{metricsStalenessThreshold: soon}", format!("{at}.metricsStalenessThreshold: invalid duration \"soon\"")),
-            ("utilization-detector", "{metricsStalenessThreshold: 0s}", format!("{at}.metricsStalenessThreshold: must be greater than 0")),
-            ("utilization-detector", "{metricsStalenessThreshold: 0.5ms}", format!("{at}.metricsStalenessThreshold: must be a whole number of milliseconds")),
-            ("utilization-detector", "{headroom: -0.1}", format!("{at}.headroom: must be a finite number of at least 0")),
-            ("utilization-detector", "{inFlightLoadProducerName: p}", format!("{at}.inFlightLoadProducerName: parameter of \"utilization-detector\" not supported by wasm-epp yet")),
-            ("utilization-detector", "{queueDepth: 3}", format!("{at}.queueDepth: unknown parameter")),
-        ] {
-            let err = build_yaml(plugin_type, parameters).unwrap_err().to_string();
-            assert!(err.starts_with(&expected), "{plugin_type} {parameters}\n  gave: {err}\n  want: {expected}");
-            assert!(!err.contains('\n'), "{err}");
-        }
-    }
-
-    #[test]
-    fn inherent_plugins_ignore_parameters_with_a_warning() {
-        let value: Value = serde_yaml::from_str("{path: /custom}").unwrap();
-        let mut warnings = Vec::new();
-        let plugin = build(
-            "plugins[4]",
-            "metrics-data-source",
-            Some(&value),
-            &mut warnings,
-        );
-        assert_eq!(plugin, Ok(Plugin::Inherent(Role::DataSource)));
-        assert_eq!(warnings.len(), 1);
-        assert!(warnings[0].starts_with("plugins[4].parameters: ignored"));
-    }
-}
+mod tests;

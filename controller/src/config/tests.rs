@@ -263,7 +263,7 @@ fn new_scorers_and_picker_compile_into_the_profile() {
             (
                 "session-affinity-scorer",
                 10.0,
-                &ScorerSpec::SessionAffinity
+                &ScorerSpec::SessionAffinity(Default::default())
             ),
         ]
     );
@@ -464,8 +464,8 @@ fn new_plugin_errors_name_their_field() {
             "plugins[0].parameters.matchExpressions[0].values: must be empty for operator Exists",
         ),
         (
-            "plugins:\n- type: session-affinity-scorer\n  parameters: {strategy: session_id}\n",
-            "plugins[0].parameters.strategy: \"session_id\" is not supported by wasm-epp yet",
+            "plugins:\n- type: session-affinity-scorer\n  parameters: {strategy: session_id_header}\n",
+            "plugins[0].parameters.strategy: \"session_id_header\" is not supported by wasm-epp yet",
         ),
         (
             "plugins:\n- type: weighted-random-picker\n- type: max-score-picker\n",

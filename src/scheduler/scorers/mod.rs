@@ -23,7 +23,7 @@ pub fn score(spec: &ScorerSpec, input: &ScoringInput<'_>) -> Vec<f64> {
         ScorerSpec::LoraAffinity => lora_affinity_scorer::score(input),
         ScorerSpec::RunningRequestsSize => running_requests_size_scorer::score(input),
         ScorerSpec::LoadAware(params) => load_aware_scorer::score(params, input),
-        ScorerSpec::SessionAffinity => session_affinity_scorer::score(input),
+        ScorerSpec::SessionAffinity(_) => session_affinity_scorer::score(input),
     }
 }
 
