@@ -54,13 +54,7 @@ fn long_uncached_prompts_get_a_prefill_endpoint_and_short_or_cached_ones_do_not(
     std::fs::write(&endpoints, listing).expect("write endpoints");
     let config = scratch.path("config.yaml");
     std::fs::write(&config, pd_config(&endpoints.display().to_string())).expect("write config");
-    let controller = Controller::start(
-        &scratch,
-        "100ms",
-        &["--config-file", config.to_str().unwrap_or_default()],
-    );
-    let envoy = Envoy::start(&scratch, EnvoyOptions::with_controller(controller.port));
-    envoy.wait_for_snapshot();
+    let (_controller, envoy) = configured(&scratch, &config, 1);
     let prefill_ports: Vec<String> = sims[2..]
         .iter()
         .map(|s| format!("127.0.0.1:{}", s.port))

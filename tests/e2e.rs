@@ -284,19 +284,7 @@ fn in_flight_counts_are_shared_by_workers_and_released() {
         ),
     )
     .expect("write config");
-    let controller = Controller::start(
-        &scratch,
-        "100ms",
-        &["--config-file", config.to_str().unwrap_or_default()],
-    );
-    let envoy = Envoy::start(
-        &scratch,
-        EnvoyOptions {
-            concurrency: 2,
-            ..EnvoyOptions::with_controller(controller.port)
-        },
-    );
-    envoy.wait_for_snapshot();
+    let (_controller, envoy) = configured(&scratch, &config, 2);
     let url = envoy.url("/v1/completions");
     // Three long requests, staggered so each pick sees the earlier ones in flight, each on its
     // own connection (so on either worker).

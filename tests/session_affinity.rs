@@ -33,19 +33,7 @@ fn a_session_stays_on_its_endpoint_across_workers_until_the_endpoint_leaves() {
     let file = endpoints_file(&scratch, &[&sims[0], &sims[1]]);
     let config_path = scratch.path("config.yaml");
     std::fs::write(&config_path, config(&file.display().to_string())).expect("write config");
-    let controller = Controller::start(
-        &scratch,
-        "100ms",
-        &["--config-file", config_path.to_str().unwrap_or_default()],
-    );
-    let envoy = Envoy::start(
-        &scratch,
-        EnvoyOptions {
-            concurrency: 2,
-            ..EnvoyOptions::with_controller(controller.port)
-        },
-    );
-    envoy.wait_for_snapshot();
+    let (_controller, envoy) = configured(&scratch, &config_path, 2);
     let session = |id: &str| {
         let reply = envoy.complete(&unique("session"), &[("x-session-id", id)]);
         assert_eq!(reply.status, 200, "{}", reply.body);

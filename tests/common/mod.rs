@@ -557,6 +557,25 @@ pub fn fleet_from(name: &str, spec: FleetSpec<'_>) -> Fleet {
     }
 }
 
+/// A controller for the EndpointPickerConfig at `config` and an Envoy with `concurrency`
+/// workers polling it, which has its first snapshot.
+pub fn configured(scratch: &Scratch, config: &Path, concurrency: u32) -> (Controller, Envoy) {
+    let controller = Controller::start(
+        scratch,
+        "100ms",
+        &["--config-file", config.to_str().unwrap_or_default()],
+    );
+    let envoy = Envoy::start(
+        scratch,
+        EnvoyOptions {
+            concurrency,
+            ..EnvoyOptions::with_controller(controller.port)
+        },
+    );
+    envoy.wait_for_snapshot();
+    (controller, envoy)
+}
+
 /// Plain simulators `names` with the default profile.
 pub fn fleet(name: &str, names: &[&str], concurrency: u32) -> Fleet {
     let sims: Vec<(&str, &[&str])> = names.iter().map(|n| (*n, &[][..])).collect();
