@@ -89,4 +89,21 @@ fn requests_errors_and_latencies_appear_with_model_and_objective_labels() {
         !page.contains("envoy_llm_d_epp") && !page.contains("wasmcustom_llm_d_epp"),
         "upstream's names, without a prefix"
     );
+    // Every filter metric the example dashboard charts is on the page.
+    let dashboard =
+        std::fs::read_to_string(repo().join("examples/grafana/wasm-epp-dashboard.json"))
+            .expect("the dashboard");
+    let mut charted: Vec<&str> = dashboard
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("llm_d_epp_request_") || w.starts_with("wasm_epp_"))
+        .collect();
+    charted.sort_unstable();
+    charted.dedup();
+    assert!(charted.len() >= 4, "{charted:?}");
+    for name in charted {
+        assert!(
+            page.lines().any(|l| l.starts_with(name)),
+            "the dashboard charts {name}, which the filter does not export:\n{page}"
+        );
+    }
 }
