@@ -126,7 +126,7 @@ test-wasm: $(WASM_BINDGEN_RUNNER)
 	  cargo test --locked --target wasm32-unknown-unknown -p wasm-epp --lib --no-default-features
 
 test-e2e: build envoy
-	cargo test --locked -p wasm-epp --test e2e --test scheduling --test gateway_mode --test protocols --test resilience --test make_run --test replicas --test disaggregation --test request_metrics --test session_affinity -- --test-threads 2
+	cargo test --locked -p wasm-epp --test e2e --test scheduling --test gateway_mode --test protocols --test resilience --test make_run --test replicas --test disaggregation --test request_metrics --test session_affinity --test flow_control -- --test-threads 2
 
 ## test-vllm: end-to-end tests against two real vLLM servers (CPU; installs vLLM once per machine, ~6.5 GB in ~/.cache/wasm-epp)
 test-vllm: build envoy

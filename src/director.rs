@@ -66,6 +66,18 @@ pub struct Incoming<'a> {
     pub session_id: Option<&'a str>,
     /// Wall-clock time, milliseconds since the Unix epoch.
     pub now_unix_ms: u64,
+    /// Where the request stands with flow control.
+    pub flow: FlowState,
+}
+
+/// Where a request stands with flow control (used only when the snapshot turns it on).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowState {
+    /// It waited and is being released: it is scheduled now, whatever the saturation.
+    pub released: bool,
+    /// The highest priority waiting in this proxy, as last known: a request of that priority
+    /// or lower waits behind it.
+    pub waiting_top: Option<i32>,
 }
 
 /// The request headers a decision reads, copied out before the control headers are removed
@@ -119,6 +131,7 @@ impl Controls {
             session_token: self.session_token.as_deref(),
             session_id: self.session_id.as_deref(),
             now_unix_ms,
+            flow: FlowState::default(),
         }
     }
 }
@@ -164,6 +177,15 @@ pub enum Outcome {
     Unrouted,
     /// Answer the client with this error.
     Reject(InferenceError),
+    /// Flow control: the pool is saturated (or others wait ahead); wait in the band of this
+    /// priority.
+    Wait(i32),
+}
+
+/// A scheduled request, or one that waits.
+enum Routed {
+    Go(Route),
+    Wait(i32),
 }
 
 /// Per-worker decision state: the random generator for tie-breaks and weighted choices, and
@@ -226,7 +248,8 @@ impl Director {
         );
         self.timer.mark(Phase::Score);
         match routed {
-            Ok(route) => Outcome::Route(route),
+            Ok(Routed::Go(route)) => Outcome::Route(route),
+            Ok(Routed::Wait(priority)) => Outcome::Wait(priority),
             Err(e) => Outcome::Reject(e),
         }
     }
@@ -239,7 +262,7 @@ impl Director {
         in_flight: impl Fn(&Endpoint) -> u64,
         prefix_index: &mut PrefixIndex,
         sessions: Option<&dyn SharedStore>,
-    ) -> Result<Route, InferenceError> {
+    ) -> Result<Routed, InferenceError> {
         let endpoints = candidates(&snapshot.endpoints, incoming.subset)?;
         let Some(body) = incoming.body else {
             // Upstream sends requests without a body to a random endpoint.
@@ -247,12 +270,12 @@ impl Director {
                 return Err(InferenceError::NoPods);
             }
             let endpoint = endpoints[self.rng.below(endpoints.len())];
-            return Ok(Route {
+            return Ok(Routed::Go(Route {
                 destination: endpoint.host_port(),
                 primary: endpoint.host_port(),
                 primary_key: endpoint.index_key(),
                 ..Route::default()
-            });
+            }));
         };
         let api = Api::from_path(incoming.path);
         let parsed = request::parse(api, body)?;
@@ -274,13 +297,26 @@ impl Director {
         route.models = (parsed.model.to_string(), target.clone());
         let metrics_unix_ms = snapshot.metrics_clock(incoming.now_unix_ms);
         let priority = admission::objective_priority(&snapshot.objectives, incoming.objective);
-        if priority < 0 {
+        let flow_control = snapshot.profile.flow_control.as_ref();
+        if priority < 0 || flow_control.is_some() {
+            // A pass over the candidates' metrics, only for a sheddable request or with flow
+            // control on.
             let saturation = admission::saturation(
                 &snapshot.profile.saturation_detector,
                 endpoints.iter().copied(),
                 metrics_unix_ms,
             );
-            admission::admit(priority, saturation)?;
+            if !incoming.flow.released {
+                // A sheddable request is shed while the pool is saturated, flow control or not.
+                admission::admit(priority, saturation)?;
+                let waits = flow_control.is_some_and(|fc| {
+                    saturation >= fc.usage_threshold
+                        || incoming.flow.waiting_top.is_some_and(|top| top >= priority)
+                });
+                if waits {
+                    return Ok(Routed::Wait(priority));
+                }
+            }
         }
         // `session_id` strategy: the request's session and its binding (one shared-data read).
         let session_id = session_id_strategy(snapshot)
@@ -380,7 +416,7 @@ impl Director {
             }
             route.explanation = Some(explanation);
         }
-        Ok(route)
+        Ok(Routed::Go(route))
     }
 }
 
@@ -782,5 +818,65 @@ mod tests {
                  10.0.0.1:8000 total=0.200 queue-scorer=0.000 kv-cache-utilization-scorer=0.100 prefix-cache-scorer=0.000"
             )
         );
+    }
+
+    #[test]
+    fn flow_control_holds_requests_while_saturated_or_behind_others() {
+        let fresh = |i, waiting| {
+            let mut e = endpoint(i, waiting, 0.0);
+            e.metrics.updated_unix_ms = Some(0);
+            e
+        };
+        let mut s = snapshot(vec![fresh(1, 10), fresh(2, 10)]);
+        s.objectives.insert("batch".to_string(), -1);
+        s.objectives.insert("chat".to_string(), 2);
+        let config = FilterConfig::default();
+        let chat = Incoming {
+            objective: Some("chat"),
+            ..completion()
+        };
+        // Without flow control a saturated pool still routes (only sheddable requests shed).
+        assert!(matches!(
+            decide(Some(&s), &config, &chat),
+            Outcome::Route(_)
+        ));
+        s.profile.flow_control = Some(Default::default());
+        assert_eq!(decide(Some(&s), &config, &chat), Outcome::Wait(2));
+        // A sheddable request keeps legacy admission's 429.
+        let batch = Incoming {
+            objective: Some("batch"),
+            ..completion()
+        };
+        assert_eq!(rejection(decide(Some(&s), &config, &batch)).status(), 429);
+        // A released request is scheduled whatever the saturation.
+        let released = Incoming {
+            flow: FlowState {
+                released: true,
+                waiting_top: None,
+            },
+            ..chat
+        };
+        assert!(matches!(
+            decide(Some(&s), &config, &released),
+            Outcome::Route(_)
+        ));
+        // Room in the pool: it goes, unless a request of its priority or higher waits.
+        s.endpoints = vec![fresh(1, 0), fresh(2, 0)];
+        assert!(matches!(
+            decide(Some(&s), &config, &chat),
+            Outcome::Route(_)
+        ));
+        let behind = |top| Incoming {
+            flow: FlowState {
+                released: false,
+                waiting_top: Some(top),
+            },
+            ..chat
+        };
+        assert_eq!(decide(Some(&s), &config, &behind(2)), Outcome::Wait(2));
+        assert!(matches!(
+            decide(Some(&s), &config, &behind(1)),
+            Outcome::Route(_)
+        ));
     }
 }

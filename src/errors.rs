@@ -23,6 +23,16 @@ pub enum InferenceError {
     ResourceExhausted(String),
     /// 500: an internal failure, e.g. the request body could not be re-encoded.
     Internal(String),
+    /// 429 (`ResourceExhausted`) or 503 (`ServiceUnavailable`) from flow control, with its
+    /// drop reason.
+    Dropped {
+        /// 429 or 503.
+        status: u32,
+        /// `x-llm-d-request-dropped-reason`.
+        reason: &'static str,
+        /// The message after the code.
+        message: String,
+    },
 }
 
 impl InferenceError {
@@ -34,6 +44,7 @@ impl InferenceError {
             InferenceError::NoEndpoints(_) | InferenceError::NoSnapshot => 503,
             InferenceError::NoPods | InferenceError::Internal(_) => 500,
             InferenceError::FilteredOut => 429,
+            InferenceError::Dropped { status, .. } => *status,
         }
     }
 
@@ -45,6 +56,8 @@ impl InferenceError {
             InferenceError::NoEndpoints(_) | InferenceError::NoSnapshot => "ServiceUnavailable",
             InferenceError::NoPods | InferenceError::Internal(_) => "Internal",
             InferenceError::FilteredOut => "ResourceExhausted",
+            InferenceError::Dropped { status: 429, .. } => "ResourceExhausted",
+            InferenceError::Dropped { .. } => "ServiceUnavailable",
         }
     }
 
@@ -53,6 +66,7 @@ impl InferenceError {
         match self {
             InferenceError::NoEndpoints(_) => Some("rejected-no-endpoints"),
             InferenceError::FilteredOut => Some("rejected-saturated"),
+            InferenceError::Dropped { reason, .. } => Some(reason),
             _ => None,
         }
     }
@@ -69,7 +83,8 @@ impl fmt::Display for InferenceError {
             InferenceError::BadRequest(m)
             | InferenceError::NoEndpoints(m)
             | InferenceError::ResourceExhausted(m)
-            | InferenceError::Internal(m) => m.as_str(),
+            | InferenceError::Internal(m)
+            | InferenceError::Dropped { message: m, .. } => m.as_str(),
             InferenceError::NoSnapshot => "no endpoint snapshot received from the controller yet",
             InferenceError::NoPods => "no pods available in datastore",
             InferenceError::FilteredOut => "no endpoints available for the given request",

@@ -9,6 +9,7 @@ pub mod decision_header;
 pub mod director;
 pub mod errors;
 pub mod exchange;
+pub mod flow_control;
 pub mod header_map;
 pub mod lease;
 pub mod phases;

@@ -171,6 +171,7 @@ fn every_fuzzed_request_is_decided_with_a_client_error_or_a_member() {
             session_token: header(&mut rng),
             session_id: header(&mut rng),
             now_unix_ms: 1_000,
+            flow: Default::default(),
         };
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             director.decide(Some(&snapshot), &config, &incoming, |_| 1, &mut store, None)
@@ -204,6 +205,7 @@ fn every_fuzzed_request_is_decided_with_a_client_error_or_a_member() {
                 assert!(error.body().starts_with("inference error: "), "case {case}");
             }
             Outcome::Unrouted => panic!("case {case}: unrouted with a snapshot"),
+            Outcome::Wait(_) => panic!("case {case}: waits without flow control"),
         }
     }
     eprintln!("{CASES} fuzzed requests: {routed} routed, {rejected} rejected");

@@ -12,19 +12,6 @@ use common::*;
 
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
-/// The value of the one sample of `name` whose labels include every `label="value"` pair.
-fn sample(page: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    page.lines().find_map(|line| {
-        let rest = line.strip_prefix(name)?.strip_prefix('{')?;
-        let (set, value) = rest.split_once("} ")?;
-        labels
-            .iter()
-            .all(|(k, v)| set.split(',').any(|pair| pair == format!("{k}=\"{v}\"")))
-            .then(|| value.trim().parse().ok())
-            .flatten()
-    })
-}
-
 #[test]
 fn requests_errors_and_latencies_appear_with_model_and_objective_labels() {
     let fleet = fleet("request-metrics", &["a", "b"], 1);
@@ -63,8 +50,8 @@ fn requests_errors_and_latencies_appear_with_model_and_objective_labels() {
     let seen = wait_until(Duration::from_secs(15), || {
         page = prometheus();
         // Counters come with the worker's next tick; histograms with Envoy's stats flush.
-        sample(&page, "llm_d_epp_request_total", &labels) == Some(3.0)
-            && sample(
+        prometheus_sample(&page, "llm_d_epp_request_total", &labels) == Some(3.0)
+            && prometheus_sample(
                 &page,
                 "llm_d_epp_request_duration_milliseconds_count",
                 &labels,
@@ -72,7 +59,7 @@ fn requests_errors_and_latencies_appear_with_model_and_objective_labels() {
     });
     assert!(seen, "request metrics never appeared:\n{page}");
     assert_eq!(
-        sample(
+        prometheus_sample(
             &page,
             "llm_d_epp_request_error_total",
             &[("error_code", "BadRequest"), ("objective", "batch")]
@@ -81,7 +68,7 @@ fn requests_errors_and_latencies_appear_with_model_and_objective_labels() {
         "{page}"
     );
     assert_eq!(
-        sample(&page, "llm_d_epp_request_ttft_milliseconds_count", &labels),
+        prometheus_sample(&page, "llm_d_epp_request_ttft_milliseconds_count", &labels),
         Some(3.0),
         "{page}"
     );

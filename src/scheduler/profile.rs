@@ -16,6 +16,7 @@ use super::scorers::{
     active_request_scorer, kv_cache_utilization_scorer, load_aware_scorer, lora_affinity_scorer,
     prefix_cache_scorer, queue_scorer, running_requests_size_scorer, session_affinity_scorer,
 };
+use crate::flow_control::FlowControl;
 
 /// One scheduling profile: filters in order, then the weighted sum of scorers, then one picker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +37,9 @@ pub struct Profile {
     /// The prefill stage, when this is the decode profile of a `disagg-profile-handler`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disaggregation: Option<Box<Disaggregation>>,
+    /// Flow control, when the `flowControl` feature gate is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_control: Option<FlowControl>,
 }
 
 /// Filter plugins by upstream config `type`.
@@ -313,6 +317,7 @@ impl Default for Profile {
             },
             saturation_detector: UtilizationParams::default(),
             disaggregation: None,
+            flow_control: None,
         }
     }
 }

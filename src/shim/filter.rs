@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 
+use super::flow;
 use super::http::PickerHttp;
 use super::leased_poller::LeasedPoller;
+use super::shared;
 use super::worker::Worker;
 use crate::exchange;
 use crate::plugin_config::FilterConfig;
@@ -38,6 +40,8 @@ pub struct FilterRoot {
     /// The tick period after the startup ticks.
     steady_tick: Duration,
     ticks: u64,
+    /// When the last (non-flow-control) tick's work ran, ms since the Unix epoch.
+    last_tick_ms: u64,
 }
 
 impl FilterRoot {
@@ -64,6 +68,7 @@ impl FilterRoot {
             poller,
             poller_every,
             ticks: 0,
+            last_tick_ms: 0,
             worker: Rc::new(RefCell::new(Worker::new(config))),
         };
         // Join the exchange now rather than a heartbeat later: the peers already running
@@ -72,9 +77,9 @@ impl FilterRoot {
         root
     }
 
-    /// A new HTTP context on this worker.
-    pub fn new_http(&self) -> PickerHttp {
-        PickerHttp::new(self.worker.clone())
+    /// A new HTTP context (context `id`) on this worker.
+    pub fn new_http(&self, id: u32) -> PickerHttp {
+        PickerHttp::new(id, self.worker.clone())
     }
 
     /// Learns what the other workers sent to this worker's inbox `queue`, or hands the
@@ -86,6 +91,23 @@ impl FilterRoot {
             }
         }
         self.worker.borrow_mut().on_queue_ready(queue);
+        // A new snapshot may have freed capacity for waiting requests.
+        flow::turn(&self.worker);
+    }
+
+    /// The tick period outside flow-control waits.
+    fn period(&self) -> Duration {
+        if self.ticks < STARTUP_TICKS {
+            STARTUP_TICK.min(self.steady_tick)
+        } else {
+            self.steady_tick
+        }
+    }
+
+    fn set_period(&self, period: Duration) {
+        if let Err(status) = hostcalls::set_tick_period(period) {
+            log::error!("wasm-epp: cannot set the tick period: {status:?}");
+        }
     }
 
     /// The leased poller, if this filter polls the controller itself.
@@ -93,12 +115,31 @@ impl FilterRoot {
         self.poller.as_mut()
     }
 
-    /// One tick: the worker's sharing and, every `retryMs`, the leased poller's turn.
+    /// One tick: the worker's sharing and, every `retryMs`, the leased poller's turn; while
+    /// requests wait in the flow-control queue, ticks come every [`flow::WAITING_TICK`] for its
+    /// turns and the rest keeps its own pace.
     pub fn on_tick(&mut self) {
-        if self.ticks == STARTUP_TICKS {
-            if let Err(status) = hostcalls::set_tick_period(self.steady_tick) {
-                log::error!("wasm-epp: cannot set the tick period: {status:?}");
+        let now_ms = shared::now_unix_ms();
+        let fast = self.worker.borrow_mut().flow().fast_tick;
+        if fast {
+            flow::turn(&self.worker);
+            if now_ms.saturating_sub(self.last_tick_ms) < self.period().as_millis() as u64 {
+                return;
             }
+            let slow_again = {
+                let mut worker = self.worker.borrow_mut();
+                let flow = worker.flow();
+                let idle = flow.idle();
+                flow.fast_tick = !idle;
+                idle
+            };
+            if slow_again {
+                self.set_period(self.period());
+            }
+        }
+        self.last_tick_ms = now_ms;
+        if self.ticks == STARTUP_TICKS && !self.worker.borrow_mut().flow().fast_tick {
+            self.set_period(self.steady_tick);
         }
         self.worker.borrow_mut().on_tick();
         if self.ticks % self.poller_every == 0 {

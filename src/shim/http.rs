@@ -10,13 +10,14 @@
 //! The filter's request counters are reported on the worker's heartbeat, not per request.
 
 use std::cell::RefCell;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 
 use super::calls::{self, counted};
+use super::flow;
 use super::phase_metrics::{timed, ShimPhase};
 use super::request_headers::RequestHeaders;
 use super::shared;
@@ -29,8 +30,16 @@ use crate::request_metrics::{Kind, Labels};
 use crate::rewrite::ResponseModelRewriter;
 use crate::scheduler::disaggregation::PREFILLER_HEADER;
 
+/// One request's HTTP context: its [`Stream`], shared with the worker while the request waits
+/// in the flow-control queue (the root context releases it from there).
+pub struct PickerHttp(Rc<RefCell<Stream>>);
+
 /// One request's filter state.
-pub struct PickerHttp {
+pub struct Stream {
+    /// The context id (the root context resumes a waiting stream by it).
+    id: u32,
+    /// This stream's own handle, which the worker keeps while the request waits.
+    me: Weak<RefCell<Stream>>,
     worker: Rc<RefCell<Worker>>,
     controls: Controls,
     /// The endpoint key counted in flight for this request, released when the stream ends.
@@ -51,27 +60,42 @@ pub struct PickerHttp {
     timing: Option<(Labels, u64)>,
     /// The first response body byte has been timed.
     first_byte: bool,
+    /// The body of a request waiting in the flow-control queue.
+    parked_body: Option<Vec<u8>>,
+    /// The request waits in the flow-control queue.
+    waiting: bool,
+    /// The request was released from the flow-control queue and has not finished.
+    released: bool,
 }
 
 impl PickerHttp {
-    /// A context for a new request.
-    pub fn new(worker: Rc<RefCell<Worker>>) -> PickerHttp {
-        PickerHttp {
-            worker,
-            controls: Controls::default(),
-            in_flight: None,
-            response_headers: Vec::new(),
-            response_rewriter: None,
-            body_seen: false,
-            decided: false,
-            timing: None,
-            first_byte: false,
-            host_calls: 0,
-        }
+    /// A context for a new request with context id `id`.
+    pub fn new(id: u32, worker: Rc<RefCell<Worker>>) -> PickerHttp {
+        PickerHttp(Rc::new_cyclic(|me| {
+            RefCell::new(Stream {
+                id,
+                me: me.clone(),
+                worker,
+                controls: Controls::default(),
+                in_flight: None,
+                response_headers: Vec::new(),
+                response_rewriter: None,
+                body_seen: false,
+                decided: false,
+                timing: None,
+                first_byte: false,
+                host_calls: 0,
+                parked_body: None,
+                waiting: false,
+                released: false,
+            })
+        }))
     }
+}
 
+impl Stream {
     /// Runs one callback's work, adding the host calls it made to this request's count.
-    fn counting<T>(&mut self, work: impl FnOnce(&mut PickerHttp) -> T) -> T {
+    fn counting<T>(&mut self, work: impl FnOnce(&mut Stream) -> T) -> T {
         let before = calls::total();
         let result = work(self);
         self.host_calls += calls::total() - before;
@@ -98,21 +122,71 @@ impl PickerHttp {
         }
     }
 
-    fn decide(&mut self, body: Option<&[u8]>) -> Action {
+    /// Decides the request once, with its whole `body` (`None`: a request without one).
+    fn decide(&mut self, body: Option<Vec<u8>>) -> Action {
         if std::mem::replace(&mut self.decided, true) {
             return Action::Continue;
         }
+        self.run(body, false)
+    }
+
+    fn run(&mut self, body: Option<Vec<u8>>, released: bool) -> Action {
         // One clock read serves as the decision's time and as the start of its timing.
         let started_ns = counted(shared::now_ns());
-        let incoming = self.controls.incoming(body, started_ns / 1_000_000);
+        let mut incoming = self
+            .controls
+            .incoming(body.as_deref(), started_ns / 1_000_000);
+        incoming.flow.released = released;
         let (outcome, labels) = {
             let mut worker = self.worker.borrow_mut();
             worker.decide(&incoming, started_ns)
         };
+        if let Outcome::Wait(priority) = outcome {
+            let bytes = body.as_ref().map_or(0, |b| b.len() as u64);
+            let parked = match self.me.upgrade() {
+                Some(me) => flow::park(&self.worker, me, self.id, priority, bytes, started_ns),
+                None => Err(InferenceError::Internal(
+                    "internal flow control error: the stream is gone".to_string(),
+                )),
+            };
+            return match parked {
+                Ok(()) => {
+                    self.parked_body = body;
+                    self.waiting = true;
+                    Action::Pause
+                }
+                Err(error) => reject(&error),
+            };
+        }
         if matches!(outcome, Outcome::Route(_)) {
             self.timing = labels.map(|labels| (labels, started_ns));
         }
-        timed(ShimPhase::Apply, || self.apply(outcome, body))
+        timed(ShimPhase::Apply, || self.apply(outcome, body.as_deref()))
+    }
+
+    /// Releases the request from the flow-control queue: schedules it now and lets it go on
+    /// (called from the root context with this stream as the effective context).
+    pub fn release(&mut self) {
+        self.waiting = false;
+        self.released = true;
+        let body = self.parked_body.take();
+        let action = self.counting(|this| this.run(body, true));
+        if action == Action::Continue {
+            let _ = counted(hostcalls::resume_http_request());
+        }
+    }
+
+    /// Answers a request whose wait ran out with `error` (from the root context, this stream
+    /// being the effective context).
+    pub fn expire(&mut self, error: &InferenceError) {
+        self.waiting = false;
+        self.parked_body = None;
+        self.counting(|_| reject(error));
+    }
+
+    /// The context id.
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     /// Applies the decision: the destination (and a rewritten body), the in-flight count and
@@ -131,6 +205,8 @@ impl PickerHttp {
                 return Action::Continue;
             }
             Outcome::Reject(error) => return reject(&error),
+            // Parked by `run` before it gets here.
+            Outcome::Wait(_) => return Action::Pause,
         };
         let headers = MapType::HttpRequestHeaders;
         if let Err(status) = counted(hostcalls::set_map_value(
@@ -275,7 +351,48 @@ fn reject(error: &InferenceError) -> Action {
 impl Context for PickerHttp {}
 
 impl HttpContext for PickerHttp {
-    fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
+    fn on_http_request_headers(&mut self, headers: usize, end_of_stream: bool) -> Action {
+        self.0
+            .borrow_mut()
+            .on_request_headers(headers, end_of_stream)
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.0
+            .borrow_mut()
+            .on_request_body(body_size, end_of_stream)
+    }
+
+    fn on_http_request_trailers(&mut self, trailers: usize) -> Action {
+        self.0.borrow_mut().on_request_trailers(trailers)
+    }
+
+    fn on_http_response_headers(&mut self, headers: usize, end_of_stream: bool) -> Action {
+        self.0
+            .borrow_mut()
+            .on_response_headers(headers, end_of_stream)
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.0
+            .borrow_mut()
+            .on_response_body(body_size, end_of_stream)
+    }
+
+    fn on_log(&mut self) {
+        let worker = {
+            let mut stream = self.0.borrow_mut();
+            stream.on_log();
+            stream.worker.clone()
+        };
+        // Last: releasing other streams switches the effective context.
+        flow::on_request_end(&worker);
+    }
+}
+
+/// The stream's callbacks, in the order Envoy calls them.
+impl Stream {
+    fn on_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
         self.counting(|this| {
             timed(ShimPhase::Headers, || this.read_controls());
             if end_of_stream {
@@ -287,7 +404,7 @@ impl HttpContext for PickerHttp {
         })
     }
 
-    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+    fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         self.body_seen = true;
         if !end_of_stream {
             // Buffer until the end of the body, or until the trailers end the request.
@@ -295,14 +412,14 @@ impl HttpContext for PickerHttp {
         }
         self.counting(|this| {
             let body = request_body(body_size);
-            this.decide(Some(&body))
+            this.decide(Some(body))
         })
     }
 
     /// A request that ends with trailers (HTTP/2, or chunked HTTP/1.1) never has a body
     /// callback with end of stream: it is decided here, on the buffered body, so trailers
     /// cannot bypass validation, the subset check or fail-close.
-    fn on_http_request_trailers(&mut self, _trailers: usize) -> Action {
+    fn on_request_trailers(&mut self, _trailers: usize) -> Action {
         if self.decided {
             return Action::Continue;
         }
@@ -312,15 +429,15 @@ impl HttpContext for PickerHttp {
             }
             // The body buffered so far is the whole body; the host clamps the length to it.
             let body = request_body(usize::MAX);
-            this.decide(Some(&body))
+            this.decide(Some(body))
         })
     }
 
-    fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+    fn on_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
         self.counting(|this| timed(ShimPhase::Response, || this.add_response_headers()))
     }
 
-    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+    fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if body_size > 0 && !std::mem::replace(&mut self.first_byte, true) {
             // One clock read (a host call) per routed request, for its time to first byte.
             self.counting(|this| this.sample_since_decision(Kind::TtftMs));
@@ -342,6 +459,13 @@ impl HttpContext for PickerHttp {
         let mut worker = self.worker.borrow_mut();
         if let Some(key) = self.in_flight.take() {
             worker.end(key);
+        }
+        if std::mem::take(&mut self.waiting) {
+            // The client went away while the request waited.
+            worker.unpark(self.id);
+        }
+        if std::mem::take(&mut self.released) {
+            worker.released_finished();
         }
         worker.finished(self.host_calls);
     }

@@ -3,6 +3,7 @@
 
 mod calls;
 mod filter;
+mod flow;
 mod http;
 mod leased_poller;
 mod phase_metrics;
@@ -88,10 +89,10 @@ impl RootContext for Root {
 
     fn create_http_context(
         &self,
-        _context_id: u32,
+        context_id: u32,
     ) -> Option<Box<dyn proxy_wasm::traits::HttpContext>> {
         match self {
-            Root::Filter(f) => Some(Box::new(f.new_http())),
+            Root::Filter(f) => Some(Box::new(f.new_http(context_id))),
             _ => None,
         }
     }

@@ -11,10 +11,12 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 
 use super::calls::{self, counted};
+use super::flow::Flow;
 use super::phase_metrics;
 use super::shared::{self, now_ns, now_unix_ms, CountedSharedHost, QueueHost, SharedHost};
 use crate::director::{Director, Incoming, Outcome};
 use crate::exchange::Exchange;
+use crate::flow_control::FlowControl;
 use crate::plugin_config::FilterConfig;
 use crate::request_metrics::{self, Kind, Labels, MetricsHost, RequestMetrics};
 use crate::scheduler::prefix::PrefixIndex;
@@ -60,6 +62,8 @@ pub struct Worker {
     unreported: (u64, u64),
     /// The request metrics (`None` when the configuration turns them off).
     request_metrics: Option<RequestMetrics>,
+    /// Flow control's queue and parked streams.
+    flow: Flow,
 }
 
 /// Envoy's metrics through the Proxy-Wasm host; each call is one host call (about a
@@ -106,7 +110,33 @@ impl Worker {
             snapshot_notice: false,
             metrics: Metrics::define(),
             unreported: (0, 0),
+            flow: Flow::new(now_ns().wrapping_mul(0x9E37_79B9_7F4A_7C15)),
         }
+    }
+
+    /// Flow control's side of this worker.
+    pub fn flow(&mut self) -> &mut Flow {
+        &mut self.flow
+    }
+
+    /// The flow-control configuration of the current snapshot, if it turns it on.
+    pub fn flow_control(&self) -> Option<FlowControl> {
+        self.snapshot.as_ref()?.profile.flow_control.clone()
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Option<Rc<Snapshot>> {
+        self.snapshot.clone()
+    }
+
+    /// The client of the waiting request `id` went away: it leaves the queue.
+    pub fn unpark(&mut self, id: u32) {
+        self.flow.unpark(id);
+    }
+
+    /// A request released from the flow-control queue finished.
+    pub fn released_finished(&mut self) {
+        self.flow.released_finished();
     }
 
     /// Decides one request with the newest published snapshot; `started_ns` is the clock read
@@ -126,12 +156,16 @@ impl Worker {
         if self.snapshot.is_none() || self.snapshot_notice {
             calls::add(self.refresh_snapshot());
         }
+        let mut incoming = *incoming;
+        if !incoming.flow.released {
+            incoming.flow.waiting_top = self.flow.waiting_top();
+        }
         let exchange = &self.exchange;
         let local = &self.in_flight;
         let outcome = self.director.decide(
             self.snapshot.as_deref(),
             &self.config,
-            incoming,
+            &incoming,
             |e| {
                 let key = e.index_key();
                 u64::from(local.get(&key).copied().unwrap_or(0) + exchange.others_in_flight(key))
@@ -151,6 +185,10 @@ impl Worker {
     /// Counts a decided request in the request metrics (in memory, no host call); the labels
     /// the rest of its metrics use.
     fn count_request(&mut self, outcome: &Outcome, objective: &str) -> Option<Labels> {
+        if matches!(outcome, Outcome::Wait(_)) {
+            // Counted when it is released.
+            return None;
+        }
         let metrics = self.request_metrics.as_mut()?;
         let labels = match outcome {
             Outcome::Route(route) => metrics.labels(&route.models.0, &route.models.1, objective),
@@ -173,7 +211,7 @@ impl Worker {
                     metrics.count(Kind::Disaggregation(decision), labels);
                 }
             }
-            Outcome::Unrouted => {}
+            Outcome::Unrouted | Outcome::Wait(_) => {}
         }
         Some(labels)
     }
@@ -267,7 +305,10 @@ impl Worker {
             return 1;
         }
         match shared::snapshot_json().map(|json| Snapshot::from_json(&json)) {
-            Some(Ok(snapshot)) => self.snapshot = Some(Rc::new(snapshot)),
+            Some(Ok(snapshot)) => {
+                self.snapshot = Some(Rc::new(snapshot));
+                self.flow.metrics_changed();
+            }
             Some(Err(e)) => log::warn!("wasm-epp: keeping the previous snapshot: {e}"),
             None => return 2,
         }

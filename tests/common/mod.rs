@@ -470,6 +470,15 @@ impl Envoy {
         );
     }
 
+    /// Envoy's `/stats/prometheus` page.
+    pub fn prometheus(&self) -> String {
+        get(
+            &format!("http://127.0.0.1:{}/stats/prometheus", self.admin_port),
+            &[],
+        )
+        .body
+    }
+
     /// A counter or gauge from the admin stats.
     pub fn stat(&self, name: &str) -> u64 {
         let text = get(
@@ -481,6 +490,20 @@ impl Envoy {
             .find_map(|l| l.strip_prefix(&format!("{name}: "))?.trim().parse().ok())
             .unwrap_or(0)
     }
+}
+
+/// The value of the one sample of `name` on a `/stats/prometheus` page whose labels include
+/// every `label="value"` pair.
+pub fn prometheus_sample(page: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    page.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+        let (set, value) = rest.split_once("} ")?;
+        labels
+            .iter()
+            .all(|(k, v)| set.split(',').any(|pair| pair == format!("{k}=\"{v}\"")))
+            .then(|| value.trim().parse().ok())
+            .flatten()
+    })
 }
 
 /// Scrape interval used by these tests (the controller's default is 50 ms).

@@ -166,6 +166,12 @@ impl Exchange {
             Outcome::Route(route) => Some(route),
             Outcome::Unrouted => None,
             Outcome::Reject(error) => return vec![replies::reject(&error)],
+            // The baseline runs the benchmark's profiles, which leave flow control off.
+            Outcome::Wait(_) => {
+                return vec![replies::reject(&InferenceError::Internal(
+                    "the ext_proc baseline has no flow control".to_string(),
+                ))]
+            }
         };
         let destination = route.as_ref().map(|r| r.destination.as_str());
         let new_body = route.as_ref().and_then(|r| r.body.as_deref());

@@ -5,6 +5,7 @@
 //! about, e.g. `schedulingProfiles[0].plugins[1].pluginRef: no plugin named "foo"`.
 
 mod disaggregation;
+mod flow_control;
 mod plugins;
 mod raw;
 pub mod reload;
@@ -13,7 +14,6 @@ mod selector;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use serde_yaml::Value;
 use thiserror::Error;
 use wasm_epp::scheduler::filters::utilization_detector;
 use wasm_epp::scheduler::profile::{
@@ -257,6 +257,13 @@ impl Registry {
     }
 
     /// The plugin named `name`; `at` is the referencing field.
+    /// The plugin named `name`, if configured.
+    fn lookup(&self, name: &str) -> Option<&Plugin> {
+        self.by_name
+            .get(name)
+            .map(|&index| &self.plugins[index].plugin)
+    }
+
     fn resolve(&self, at: &str, name: &str) -> Result<&Named, ConfigError> {
         self.by_name
             .get(name)
@@ -372,12 +379,16 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, ConfigError> {
             format!("expected {KIND:?}, got {:?}", raw.kind),
         ));
     }
-    check_feature_gates(&raw.feature_gates)?;
-    let flow_control_detector = match &raw.flow_control {
-        Some(value) => check_flow_control(value)?,
-        None => None,
-    };
+    let flow_control_on = check_feature_gates(&raw.feature_gates)?;
     let registry = Registry::build(raw.plugins, &mut warnings)?;
+    let flow_section = match &raw.flow_control {
+        Some(value) => flow_control::compile(value, flow_control_on, &registry, &mut warnings)?,
+        None => flow_control::Section {
+            detector: None,
+            compiled: flow_control_on.then(Default::default),
+        },
+    };
+    let flow_control_detector = flow_section.detector;
     let profiles = raw.scheduling_profiles.filter(|list| !list.is_empty());
     let (mut profile, in_profile) = match (registry.disaggregation()?, profiles) {
         (Some((name, handler)), Some(list)) => {
@@ -421,6 +432,7 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, ConfigError> {
         (None, None) => None,
     };
     profile.saturation_detector = saturation_detector(&registry, reference, &in_profile)?;
+    profile.flow_control = flow_section.compiled;
     if profile.scorers.is_empty() {
         warnings.push(format!(
             "profile {:?} has no scorers; endpoints are picked at random",
@@ -459,8 +471,10 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, ConfigError> {
     })
 }
 
-/// Checks `featureGates` entries (`name`, `name=true`, `name=false`).
-fn check_feature_gates(gates: &[String]) -> Result<(), ConfigError> {
+/// Checks `featureGates` entries (`name`, `name=true`, `name=false`); whether `flowControl` is
+/// on (the last entry naming it wins).
+fn check_feature_gates(gates: &[String]) -> Result<bool, ConfigError> {
+    let mut flow_control = false;
     for (i, gate) in gates.iter().enumerate() {
         let (name, enabled) = match gate.split_once('=') {
             None => (gate.as_str(), true),
@@ -474,13 +488,8 @@ fn check_feature_gates(gates: &[String]) -> Result<(), ConfigError> {
             }
         };
         match name {
-            "flowControl" if enabled => {
-                return Err(ConfigError::invalid(
-                    format!("featureGates[{i}]"),
-                    "\"flowControl\" is not supported by wasm-epp yet",
-                ))
-            }
-            "flowControl" | "haPopulateNonLeaderDatastore" => {}
+            "flowControl" => flow_control = enabled,
+            "haPopulateNonLeaderDatastore" => {}
             other => {
                 return Err(ConfigError::invalid(
                     format!("featureGates[{i}]"),
@@ -489,43 +498,7 @@ fn check_feature_gates(gates: &[String]) -> Result<(), ConfigError> {
             }
         }
     }
-    Ok(())
-}
-
-/// Checks `flowControl`: only `saturationDetector` is supported; returns it.
-fn check_flow_control(value: &Value) -> Result<Option<RawOptionalRef>, ConfigError> {
-    let map = match value {
-        Value::Null => return Ok(None),
-        Value::Mapping(map) => map,
-        _ => return Err(ConfigError::invalid("flowControl", "must be a mapping")),
-    };
-    let mut detector = None;
-    for (key, value) in map {
-        match key.as_str() {
-            Some("saturationDetector") => {
-                detector = Some(
-                    serde_yaml::from_value::<Option<RawOptionalRef>>(value.clone())
-                        .map_err(|e| {
-                            ConfigError::invalid("flowControl.saturationDetector", e.to_string())
-                        })?
-                        .unwrap_or(RawOptionalRef { plugin_ref: None }),
-                )
-            }
-            Some(other) => {
-                return Err(ConfigError::invalid(
-                    format!("flowControl.{other}"),
-                    "not supported by wasm-epp yet",
-                ))
-            }
-            None => {
-                return Err(ConfigError::invalid(
-                    "flowControl",
-                    "field names must be strings",
-                ))
-            }
-        }
-    }
-    Ok(detector)
+    Ok(flow_control)
 }
 
 /// The saturation detector's parameters. In order: the plugin `reference` names (a
@@ -603,6 +576,7 @@ fn default_profile(registry: &Registry) -> Result<Profile, ConfigError> {
         picker: picker.map_or_else(default_picker, |(_, spec)| spec),
         saturation_detector: Default::default(),
         disaggregation: None,
+        flow_control: None,
     })
 }
 
@@ -696,6 +670,7 @@ fn explicit_profile(
         picker: picker.map_or_else(default_picker, |(_, spec)| spec),
         saturation_detector: Default::default(),
         disaggregation: None,
+        flow_control: None,
     };
     Ok((profile, used))
 }

@@ -14,6 +14,7 @@ use wasm_epp::scheduler::scorers::session_affinity_scorer::{
 use wasm_epp::scheduler::{filters, pickers, prefix, scorers};
 
 use super::disaggregation::{self, Handler};
+use super::flow_control;
 use super::{selector, ConfigError};
 use crate::discovery::file::FileSource;
 use crate::duration::parse_duration;
@@ -44,6 +45,9 @@ pub(crate) enum Plugin {
     Disaggregation(Handler),
     /// A prefill/decode decider.
     Decider(Decider),
+    /// `static-usage-limit-policy`: flow control releases requests while the pool saturation
+    /// is below its `threshold`.
+    UsageLimit(f64),
     /// A plugin whose behaviour wasm-epp has built in; configuring it changes nothing.
     Inherent(Role),
 }
@@ -59,6 +63,10 @@ pub(crate) enum Role {
     DataProducer,
     /// `openai-parser`, `passthrough-parser`.
     Parser,
+    /// `global-strict-fairness-policy` (a band is one queue, whatever the fairness id).
+    FairnessPolicy,
+    /// `fcfs-ordering-policy` (oldest first within a band).
+    OrderingPolicy,
 }
 
 /// Valid upstream plugin types wasm-epp does not implement yet (named as such in errors).
@@ -116,13 +124,10 @@ const NOT_YET_SUPPORTED: &[&str] = &[
     "models-data-extractor",
     "multicluster-file-discovery",
     // Flow control.
-    "fcfs-ordering-policy",
     "edf-ordering-policy",
     "slo-deadline-ordering-policy",
-    "global-strict-fairness-policy",
     "round-robin-fairness-policy",
     "program-aware-fairness",
-    "static-usage-limit-policy",
     "priority-holdback-policy",
     "soft-reflective-ceiling",
     "eviction-sheddable-filter",
@@ -264,6 +269,11 @@ pub(crate) fn build(
         }
         "token-producer" => inherent(Role::DataProducer, warnings),
         "openai-parser" | "passthrough-parser" => inherent(Role::Parser, warnings),
+        flow_control::FAIRNESS_POLICY => inherent(Role::FairnessPolicy, warnings),
+        flow_control::ORDERING_POLICY => inherent(Role::OrderingPolicy, warnings),
+        flow_control::USAGE_LIMIT_POLICY => {
+            flow_control::usage_limit(&params(&["threshold"], &[])?)
+        }
         "" => Err(ConfigError::invalid(
             format!("{at}.type"),
             "must not be empty",

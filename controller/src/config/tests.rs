@@ -451,8 +451,12 @@ fn new_plugin_errors_name_their_field() {
             "flowControl.saturationDetector: unknown field `gateOn`",
         ),
         (
-            "flowControl: {maxRequests: 10}\n",
-            "flowControl.maxRequests: not supported by wasm-epp yet",
+            "flowControl: {enableEviction: true}\n",
+            "flowControl.enableEviction: eviction of dispatched requests is not supported by wasm-epp yet",
+        ),
+        (
+            "flowControl: {maxRequest: 10}\n",
+            "flowControl: unknown field `maxRequest`",
         ),
         ("flowControl: [a]\n", "flowControl: must be a mapping"),
         (
@@ -545,7 +549,6 @@ fn each_error_names_its_field() {
             "requestHandler:\n  parsers: [{pluginRef: openai-parser}]\n",
             "requestHandler.parsers[0].pluginRef: no plugin named \"openai-parser\"",
         ),
-        ("featureGates: [flowControl]\n", "featureGates[0]: \"flowControl\" is not supported"),
         ("featureGates: [fastPath]\n", "featureGates[0]: unknown feature gate \"fastPath\""),
         (
             "plugins:\n- type: approx-prefix-cache-producer\n- name: second\n  type: approx-prefix-cache-producer\n",
