@@ -25,11 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
-from bench import (controller_cost, inference_perf, overhead, replicas, routing,  # noqa: E402
-                   vllm, workers)
+from bench import (controller_cost, flow_control, inference_perf, overhead,  # noqa: E402
+                   replicas, routing, vllm, workers)
 
 SECTIONS = {m.KEY: m for m in (routing, inference_perf, overhead, controller_cost, workers,
-                               replicas, vllm)}
+                               replicas, flow_control, vllm)}
 # Printed first, in this order: the figures the project's claims rest on.
 HEADLINE = ("ttft_p90_roundrobin_over_epp", "throughput_epp_over_roundrobin",
             "added_p50_extproc_over_wasm_1kb", "added_p50_extproc_over_wasm_100kb",
@@ -63,7 +63,7 @@ make overhead     # the data-plane overhead section alone (.run/bench-overhead/)
 
 The harness is `bench/run.py` with one module per section (`bench/routing.py`,
 `bench/inference_perf.py`, `bench/overhead.py`, `bench/controller_cost.py`,
-`bench/workers.py`, `bench/replicas.py`, `bench/vllm.py`); the ext_proc baseline and the fake
+`bench/workers.py`, `bench/replicas.py`, `bench/flow_control.py`, `bench/vllm.py`); the ext_proc baseline and the fake
 metrics servers are the Rust crate `bench/` (`wasm-epp-extproc`, `fake-metrics`), and the overhead
 section's do-nothing Proxy-Wasm filter is `bench/host-floor`. The model servers are `vllm-sim`
 ([examples/simulator](../examples/simulator/README.md)), except in the real-vLLM section (two real

@@ -64,7 +64,7 @@ def _busy_workers(envoy: common.Envoy) -> int:
 def run(ctx: common.Ctx) -> common.Section:
     """Runs the section."""
     results = measure(ctx)
-    one, four, rr = results["epp_1"], results["epp_4"], results["round_robin"]
+    one, four = results["epp_1"], results["epp_4"]
     section_ratios = {
         "prefix_hit_4workers_over_1worker": common.ratio(four["prefix_hit_rate"],
                                                          one["prefix_hit_rate"]),

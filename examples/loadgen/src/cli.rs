@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use hyper::header::HeaderName;
+use hyper::header::{HeaderName, HeaderValue};
 use hyper::Uri;
 
 use crate::prompts::LengthDist;
@@ -94,6 +94,11 @@ pub struct Cli {
     /// requests, the new run keeps its prefix groups but repeats none of its prompts.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub first_index: u32,
+
+    /// An extra request header, `name: value` (repeatable), e.g. an InferenceObjective
+    /// `x-llm-d-inference-objective: critical`.
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = header)]
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Cli {
@@ -110,6 +115,15 @@ fn http_uri(value: &str) -> Result<Uri, String> {
         (Some(scheme), Some(_)) => Err(format!("scheme `{scheme}` is not supported; use http://")),
         _ => Err("expected an absolute URL such as http://127.0.0.1:10000/v1/completions".into()),
     }
+}
+
+fn header(value: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let (name, text) = value
+        .split_once(':')
+        .ok_or_else(|| format!("`{value}` is not `name: value`"))?;
+    let name = HeaderName::try_from(name.trim()).map_err(|e| format!("header name: {e}"))?;
+    let text = HeaderValue::try_from(text.trim()).map_err(|e| format!("header value: {e}"))?;
+    Ok((name, text))
 }
 
 fn positive(value: &str) -> Result<f64, String> {
@@ -171,6 +185,28 @@ mod tests {
     }
 
     #[test]
+    fn headers_are_name_value_pairs() {
+        let cli = parse(&[
+            "--url",
+            "http://h/v1/completions",
+            "--header",
+            "x-llm-d-inference-objective: critical",
+            "--header",
+            "x-a:b",
+        ])
+        .expect("parses");
+        let pairs: Vec<(&str, &str)> = cli
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("")))
+            .collect();
+        assert_eq!(
+            pairs,
+            [("x-llm-d-inference-objective", "critical"), ("x-a", "b")]
+        );
+    }
+
+    #[test]
     fn rejects_bad_flags() {
         for args in [
             &["--url", "https://h/v1/completions"][..],
@@ -181,6 +217,8 @@ mod tests {
             &["--url", "http://h/", "--timeout", "-1"],
             &["--url", "http://h/", "--lora", "a,,b"],
             &["--url", "http://h/", "--length-dist", "zipf"],
+            &["--url", "http://h/", "--header", "no-colon"],
+            &["--url", "http://h/", "--header", "bad name: x"],
             &[],
         ] {
             assert!(parse(args).is_err(), "{args:?} should be rejected");

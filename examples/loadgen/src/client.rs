@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{HeaderName, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -56,11 +56,13 @@ pub struct Target {
     max_tokens: u32,
     instance_header: HeaderName,
     timeout: Duration,
+    headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Target {
     /// A client for `urls` (request `i` goes to `urls[i % len]`; at least one, all speaking
-    /// the first one's API), pooling up to `connections` idle connections per host.
+    /// the first one's API), pooling up to `connections` idle connections per host; every
+    /// request carries `headers`.
     pub fn new(
         urls: Vec<Uri>,
         stream: bool,
@@ -68,6 +70,7 @@ impl Target {
         instance_header: HeaderName,
         timeout: Duration,
         connections: usize,
+        headers: Vec<(HeaderName, HeaderValue)>,
     ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -86,6 +89,7 @@ impl Target {
             max_tokens,
             instance_header,
             timeout,
+            headers,
         }
     }
 
@@ -105,10 +109,14 @@ impl Target {
             .api
             .body(plan, self.max_tokens, self.stream)
             .to_string();
-        let request = Request::builder()
+        let mut builder = Request::builder()
             .method(Method::POST)
             .uri(url)
-            .header(CONTENT_TYPE, "application/json")
+            .header(CONTENT_TYPE, "application/json");
+        for (name, value) in &self.headers {
+            builder = builder.header(name, value);
+        }
+        let request = builder
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| Failure::Transport(e.to_string()))?;
         let start = Instant::now();

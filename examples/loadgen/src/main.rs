@@ -74,6 +74,7 @@ async fn load(cli: Cli) -> Result<(), String> {
         cli.instance_header.clone(),
         cli.timeout(),
         cli.concurrency as usize,
+        cli.headers.clone(),
     );
     let setup = Setup {
         label: cli.label.clone(),
