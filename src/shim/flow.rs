@@ -5,9 +5,9 @@
 //! stream (`proxy_set_effective_context`) and scheduling it there. The queue's rules live in
 //! [`crate::flow_control`].
 //!
-//! Host calls: none for a request that does not wait; for one that waits, one gauge update
-//! when it is parked and one when it leaves, a counter and a histogram sample for its outcome,
-//! and a board write when its band is new to this worker; per turn with requests waiting, one
+//! Host calls: none for a request that does not wait; for one that waits, a board read, one
+//! gauge update when it is parked and one when it leaves, a counter and a histogram sample for
+//! its outcome, and a board write; per turn with requests waiting, one
 //! board read (and a write when the bands changed or once a second).
 
 use std::cell::RefCell;
@@ -97,7 +97,9 @@ impl Flow {
         priority: i32,
         waiting: Waiting,
     ) -> Result<(), InferenceError> {
-        let top = self.queue.top();
+        // The limits count the other workers' waits as they are now: a worker that had
+        // nothing waiting has not read the board since.
+        self.others = self.board.others(&SharedHost, waiting.since_ms);
         if let Err(error) = self
             .queue
             .enqueue(config, &self.others.bands, priority, waiting)
@@ -107,10 +109,10 @@ impl Flow {
         }
         self.parked.insert(id, (stream, priority));
         self.metrics.queue_size(priority, 1);
-        if top.is_none_or(|top| top < priority) {
-            // Other workers hold their lower bands from now on.
-            self.publish(waiting.since_ms);
-        }
+        // The other workers hold their lower bands from now on, and count this wait in the
+        // limits.
+        self.publish(waiting.since_ms);
+        let _ = self.queue.take_changed();
         Ok(())
     }
 
