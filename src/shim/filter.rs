@@ -121,11 +121,11 @@ impl FilterRoot {
     pub fn on_tick(&mut self) {
         let now_ms = shared::now_unix_ms();
         let fast = self.worker.borrow_mut().flow().fast_tick;
-        if fast {
+        if fast && now_ms.saturating_sub(self.last_tick_ms) < self.period().as_millis() as u64 {
             flow::turn(&self.worker);
-            if now_ms.saturating_sub(self.last_tick_ms) < self.period().as_millis() as u64 {
-                return;
-            }
+            return;
+        }
+        if fast {
             let slow_again = {
                 let mut worker = self.worker.borrow_mut();
                 let flow = worker.flow();
@@ -148,5 +148,10 @@ impl FilterRoot {
             }
         }
         self.ticks = self.ticks.wrapping_add(1);
+        if fast {
+            // Last: a turn leaves the host's effective context on the last stream it touched,
+            // and the calls above (the leased poller's HTTP call above all) belong to the root.
+            flow::turn(&self.worker);
+        }
     }
 }
