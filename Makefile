@@ -17,7 +17,7 @@ export ENVOY_BIN := $(abspath $(ENVOY))
 export WASM_EPP_WASM := $(abspath $(WASM))
 export WASM_EPP_BIN_DIR := $(abspath $(BIN))
 
-.PHONY: build wasm wasm-phase-timers wasm-host-floor native envoy demo overhead bench-pick bench bench-quick kind-demo kind-down check-k8s kube-tools run test test-vllm lint test-unit test-wasm test-e2e clean
+.PHONY: build wasm wasm-phase-timers wasm-host-floor native envoy demo overhead bench-pick bench bench-quick kind-demo kind-down check-k8s kube-tools run test test-vllm lint test-bench test-unit test-wasm test-e2e clean
 
 ## build: the filter (.wasm), the controller, the simulator and the load generator
 build: wasm native
@@ -102,7 +102,11 @@ run: build envoy
 	  EPP_ENVOY="$(EPP_ENVOY)" EPP_REPLICAS="$(EPP_REPLICAS)" bash scripts/run.sh
 
 ## test: lints, unit tests (native and wasm32 under Node), controller tests, end-to-end tests
-test: lint check-k8s test-unit test-wasm test-e2e
+test: lint check-k8s test-bench test-unit test-wasm test-e2e
+
+## test-bench: unit tests of the benchmark harness's arithmetic (goodput, ratios); no processes
+test-bench:
+	python3 -m unittest discover -s bench -t . -p 'test_*.py'
 
 lint:
 	cargo fmt --all --check

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import glob
 import itertools
 import json
 import math
 import os
 import platform
 import re
+import shutil
 import signal
 import socket
 import string
@@ -349,6 +351,70 @@ def start_controller(ctx: Ctx, procs: Procs, sims: Sequence[Sim], config_yaml: s
     proc = procs.start(name, [*argv, *extra])
     wait_http(f"http://127.0.0.1:{admin}/readyz", timeout=15, proc=proc)
     return Controller(port, admin, proc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Python venvs for third-party tools (inference-perf, peer routers)
+
+PIP_TIMEOUT_S = 60  # per network operation
+INSTALL_TIMEOUT_S = 1200
+
+
+def pyenv_python(version: str, env_var: str) -> str:
+    """A Python `version` (e.g. "3.12") interpreter: `$<env_var>`, pyenv's newest
+    `<version>.x`, or `python<version>` on PATH; RuntimeError when there is none."""
+    explicit = os.environ.get(env_var)
+    if explicit:
+        return explicit
+    try:
+        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=10,
+                              check=False).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        root = ""
+    candidates = sorted(glob.glob(f"{root}/versions/{version}.*/bin/python")) if root else []
+    found = candidates[-1] if candidates else shutil.which(f"python{version}")
+    if not found:
+        raise RuntimeError(f"no Python {version} found (set {env_var}, or install {version} "
+                           "with pyenv)")
+    return found
+
+
+def ensure_venv(venv: Path, python: str, packages: Sequence[str], probe: Sequence[str],
+                log: Path) -> Path:
+    """The venv's Python; creates `venv` with `python` and pip-installs `packages` unless
+    running `probe` (arguments to the venv's Python) already succeeds. RuntimeError naming
+    the failed step and `log` otherwise."""
+    venv_python = venv / "bin" / "python"
+    if venv_python.exists() and subprocess.run([str(venv_python), *probe], capture_output=True,
+                                               timeout=120, check=False).returncode == 0:
+        return venv_python
+    steps = [[python, "-m", "venv", str(venv)],
+             [str(venv_python), "-m", "pip", "install", "--timeout", str(PIP_TIMEOUT_S),
+              *packages]]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        for argv in steps:
+            try:
+                rc: int | str = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT,
+                                               timeout=INSTALL_TIMEOUT_S, check=False).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+            except OSError as err:
+                rc = str(err)
+            if rc != 0:
+                raise RuntimeError(f"installing {' '.join(packages)} into {venv} failed ({rc}) "
+                                   f"at `{' '.join(argv)}`; see {log}")
+    return venv_python
+
+
+def machine_cache() -> Path:
+    """The per-machine cache outside the clone (`$WASM_EPP_CACHE`, else
+    `$XDG_CACHE_HOME/wasm-epp` or `~/.cache/wasm-epp`), as `scripts/vllm-tools.sh` uses."""
+    explicit = os.environ.get("WASM_EPP_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "wasm-epp"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,10 +11,7 @@ once (`bench/inference_perf/build_tokenizer.py`). Full mode only.
 
 from __future__ import annotations
 
-import glob
 import json
-import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -24,8 +21,6 @@ from bench import common
 KEY = "inference_perf"
 TITLE = "inference-perf: wasm-epp vs round-robin (shared-prefix workload)"
 PACKAGE = "inference-perf==0.7.0"
-PIP_TIMEOUT_S = 60  # per network operation
-INSTALL_TIMEOUT_S = 1200
 POLICIES = ("round-robin", "wasm-epp")
 # Simulators of different speed, 4 sequences each: two fast, a medium and a slow one.
 SIM_SCALES = ("2", "2", "4", "8")
@@ -45,48 +40,12 @@ def venv_dir(ctx: common.Ctx) -> Path:
     return ctx.repo / ".venv-inference-perf"
 
 
-def _python312() -> str:
-    """A Python 3.12 interpreter: $INFERENCE_PERF_PYTHON, pyenv's 3.12.x or python3.12."""
-    explicit = os.environ.get("INFERENCE_PERF_PYTHON")
-    if explicit:
-        return explicit
-    try:
-        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=10,
-                              check=False).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        root = ""
-    candidates = sorted(glob.glob(f"{root}/versions/3.12*/bin/python")) if root else []
-    found = candidates[-1] if candidates else shutil.which("python3.12")
-    if not found:
-        raise RuntimeError("inference-perf needs Python >= 3.12: none found (set "
-                           "INFERENCE_PERF_PYTHON, or install 3.12 with pyenv)")
-    return found
-
-
 def ensure_venv(ctx: common.Ctx) -> Path:
     """The venv's Python, creating the venv and installing inference-perf if needed."""
-    venv = venv_dir(ctx)
-    python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import inference_perf, tokenizers, transformers"]
-    if python.exists() and subprocess.run(probe, capture_output=True, timeout=120,
-                                          check=False).returncode == 0:
-        return python
-    log = ctx.scratch / "inference-perf-install.log"
-    steps = [[_python312(), "-m", "venv", str(venv)],
-             [str(python), "-m", "pip", "install", "--timeout", str(PIP_TIMEOUT_S), PACKAGE]]
-    with open(log, "ab") as out:
-        for argv in steps:
-            try:
-                rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT,
-                                    timeout=INSTALL_TIMEOUT_S, check=False).returncode
-            except subprocess.TimeoutExpired:
-                rc = "timeout"
-            except OSError as err:
-                rc = str(err)
-            if rc != 0:
-                raise RuntimeError(f"installing {PACKAGE} into {venv} failed ({rc}) at "
-                                   f"`{' '.join(argv)}`; see {log}")
-    return python
+    python = common.pyenv_python("3.12", "INFERENCE_PERF_PYTHON")
+    return common.ensure_venv(venv_dir(ctx), python, [PACKAGE],
+                              ["-c", "import inference_perf, tokenizers, transformers"],
+                              ctx.scratch / "inference-perf-install.log")
 
 
 def ensure_tokenizer(ctx: common.Ctx, python: Path) -> Path:

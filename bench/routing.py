@@ -1,17 +1,21 @@
 """Section `routing`: how well each policy serves LLM traffic on a simulated fleet.
 
-Four identical `vllm-sim` servers with a realistic profile (per-token prefill, inter-token
-latency, slowdown under batch load, a finite KV/prefix cache, `--max-num-seqs`, LoRA slots)
-sit behind four policies in the same run: Envoy round-robin, Envoy least-request, wasm-epp
-with the default profile and wasm-epp tuned for prefix and LoRA affinity. Each workload is
-offered at stepped open-loop rates, from light load to past what the fleet sustains; the
-simulators are restarted before each policy, so every policy starts with cold caches and
-sees the same requests at the same rates: one seed, and each rate step continues the numbering
-of the step before (same prefix groups and adapters, no prompt repeated).
+Four `vllm-sim` servers with a realistic profile (per-token prefill, inter-token latency,
+slowdown under batch load, a finite KV/prefix cache, `--max-num-seqs`, LoRA slots) sit behind
+each policy in turn: Envoy round-robin and least-request, wasm-epp with the default profile and
+with the profile it ships for this traffic, and the routers a team would run instead (the SGLang
+model gateway `sglang-router` and its fork `vllm-router`, from PyPI, see `bench/peers.py`).
+Each workload is offered at stepped open-loop rates, from light load to past what the fleet
+sustains; the simulators are restarted before each policy, so every policy starts with cold
+caches and sees the same requests at the same rates: one seed, and each rate step continues
+the numbering of the step before (same prefix groups and adapters, no prompt repeated). One
+workload runs on a heterogeneous fleet (servers 1×, 1×, 2× and 4× slower).
 
 Reported per step: TTFT and end-to-end p50/p90/p99 (the load generator, client side), output
 tokens/s over the step's wall time (drain included), the prefix-cache hit rate and the
-requests per server (the simulators' own counters).
+requests per server (the simulators' own counters). Per workload and policy, *goodput*: the
+highest offered rate whose TTFT p90 stays within the workload's SLO, interpolated linearly
+between the last step within it and the first beyond, and the output tokens/s at that rate.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import json
 import math
 from dataclasses import dataclass
 
-from bench import common
+from bench import common, peers
 
 KEY = "routing"
-TITLE = "Routing quality: round-robin, least-request and wasm-epp on a simulated fleet"
+TITLE = ("Routing quality: round-robin, least-request, the SGLang and vLLM routers and "
+         "wasm-epp on a simulated fleet")
 SIMS = 4
 ADAPTERS = [f"adapter-{i}" for i in range(8)]
 # Each server: 8 sequences, 2 LoRA slots, 1,024 cache blocks of 16 tokens (64 KB of prompt
@@ -55,21 +60,31 @@ schedulingProfiles:
 
 @dataclass(frozen=True)
 class Policy:
-    """One way of picking: a plain Envoy load balancer or wasm-epp with a profile."""
+    """One way of picking: a plain Envoy load balancer, wasm-epp with a profile, or a peer
+    router with one of its policies."""
 
     key: str
     label: str
     lb_policy: str | None = None  # plain Envoy
     config: str | None = None  # wasm-epp EndpointPickerConfig (None: the default profile)
+    peer: tuple[str, str] | None = None  # (key in peers.PEERS, the router's --policy)
 
 
 POLICIES = (
     Policy("round_robin", "Envoy round-robin", lb_policy="ROUND_ROBIN"),
     Policy("least_request", "Envoy least-request", lb_policy="LEAST_REQUEST"),
+    Policy("sglang_cache_aware", "sglang-router cache_aware", peer=("sglang", "cache_aware")),
+    Policy("sglang_power_of_two", "sglang-router power_of_two",
+           peer=("sglang", "power_of_two")),
+    Policy("vllm_cache_aware", "vllm-router cache_aware", peer=("vllm", "cache_aware")),
     Policy("epp_default", "wasm-epp default"),
     Policy("epp_tuned", "wasm-epp + LoRA affinity", config=TUNED_CONFIG),
 )
-QUICK_POLICIES = ("round_robin", "epp_default")
+QUICK_POLICIES = ("round_robin", "sglang_cache_aware", "epp_default")
+# Peer policies, for "the best peer" of a workload.
+PEER_POLICIES = tuple(p.key for p in POLICIES if p.peer)
+# The wasm-epp profile the goodput ratios speak for (the first of these that ran).
+EPP_FOR_GOODPUT = ("epp_tuned", "epp_default")
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,10 @@ class Workload:
     # The step the policies are compared at: near saturation, where they differ most before
     # every policy is overloaded (for shared prefix, the headline).
     compare_rate: float | None = None
+    # The TTFT p90 (ms) a step must stay within to count towards goodput.
+    slo_ttft_p90_ms: float = 1000.0
+    # Per server, how much slower than the profile it runs (`--time-scale`); equal by default.
+    time_scales: tuple[float, ...] = (1.0,) * SIMS
 
 
 WORKLOADS = (
@@ -94,7 +113,7 @@ WORKLOADS = (
     Workload("shared_prefix", "shared prefix (24 groups × 8 KB system prompt)",
              ("--shared-prefix-groups", "24", "--prefix-bytes", "8192", "--prompt-bytes", "512",
               "--max-tokens", "32"),
-             rates=(8, 16, 24, 28, 32), quick_rates=(14, 28), compare_rate=28),
+             rates=(8, 16, 22, 25, 28, 32), quick_rates=(14, 28, 32), compare_rate=28),
     # ShareGPT-like: unique prompts, heavy-tailed prompt (median 1 KB) and output (median 48
     # tokens) lengths.
     Workload("sharegpt", "mixed ShareGPT-like lengths",
@@ -105,6 +124,14 @@ WORKLOADS = (
     Workload("multi_lora", "multi-LoRA (8 adapters, 2 slots per server)",
              ("--lora", ",".join(ADAPTERS), "--prompt-bytes", "1024", "--max-tokens", "32"),
              rates=(6, 10, 14, 20), quick_rates=(), compare_rate=14),
+    # The ShareGPT-like traffic on a fleet of unequal servers (two of the profile's speed, one
+    # twice and one four times slower, as mixed GPU generations or a noisy neighbour give):
+    # an even split overloads the slowest long before the fleet is busy.
+    Workload("heterogeneous", "heterogeneous fleet (servers 1×, 1×, 2×, 4× slower), "
+             "ShareGPT-like",
+             ("--length-dist", "sharegpt", "--prompt-bytes", "1024", "--max-tokens", "48"),
+             rates=(4, 7, 10, 13), quick_rates=(), compare_rate=10,
+             time_scales=(1.0, 1.0, 2.0, 4.0)),
 )
 
 
@@ -124,8 +151,15 @@ def _spread(requests: dict[str, int]) -> dict:
 
 
 def _start_policy(ctx: common.Ctx, procs: common.Procs, policy: Policy,
-                  sims: list[common.Sim]) -> tuple[common.Envoy, list[common.Proc]]:
-    """The policy's Envoy (and controller); returns it and the processes to stop after."""
+                  sims: list[common.Sim]) -> tuple[common.Envoy | peers.Router,
+                                                   list[common.Proc]]:
+    """The policy's proxy (Envoy and controller, or a peer router); returns it and the
+    processes to stop after."""
+    if policy.peer is not None:
+        peer, peer_policy = policy.peer
+        router = peers.start(ctx, procs, peers.PEERS[peer], peer_policy, sims,
+                             name=f"router-{policy.key}")
+        return router, [router.proc]
     if policy.lb_policy is not None:
         envoy = common.start_plain_envoy(ctx, procs, sims, policy.lb_policy,
                                          name=f"envoy-{policy.key}")
@@ -137,10 +171,10 @@ def _start_policy(ctx: common.Ctx, procs: common.Procs, policy: Policy,
 
 
 def run_step(ctx: common.Ctx, procs: common.Procs,
-             envoy: common.Envoy | list[common.Envoy], sims: list[common.Sim],
+             envoy: common.Envoy | peers.Router | list[common.Envoy], sims: list[common.Sim],
              workload: Workload, rate: float, label: str, first_index: int = 0) -> dict:
     """One open-loop step at `rate`; the load generator's report plus the simulators' view.
-    Several Envoys (replicas) get the requests in turn. A step that follows others on the same
+    Several Envoys (replicas) get the requests in turn; a peer router stands in for Envoy. A step that follows others on the same
     servers starts at `first_index`, the number of requests sent before it: it keeps their
     prefix groups (and adapters) but repeats none of their prompts, which the servers may
     still have cached."""
@@ -175,14 +209,16 @@ def measure(ctx: common.Ctx) -> dict:
     policies = [p for p in POLICIES if p.key in keys]
     results: dict[str, dict[str, list[dict]]] = {}
     with common.Procs(ctx, KEY) as procs:
-        sims = common.start_sims(ctx, procs, SIMS, SIM_ARGS, prefix="server")
+        sims: list[common.Sim] = []
         for workload in WORKLOADS:
             rates = workload.quick_rates if ctx.quick else workload.rates
             if not rates:
                 continue
             results[workload.key] = {}
             for policy in policies:
-                sims = common.restart_sims(ctx, procs, sims)
+                procs.stop(s.proc for s in sims)
+                sims = common.start_sims(ctx, procs, SIMS, SIM_ARGS, _sim_scales(workload),
+                                         prefix="server")
                 envoy, started = _start_policy(ctx, procs, policy, sims)
                 steps = []
                 for rate in rates:
@@ -197,6 +233,50 @@ def measure(ctx: common.Ctx) -> dict:
     return results
 
 
+def _sim_scales(workload: Workload) -> list[list[str]]:
+    """Each server's extra flags for `workload`: its `--time-scale`."""
+    return [["--time-scale", f"{scale:g}"] for scale in workload.time_scales]
+
+
+def goodput(steps: list[dict], slo_ms: float) -> dict:
+    """The highest offered rate whose TTFT p90 is within `slo_ms` (every request answered),
+    linear between the last step within and the first beyond, with the output tokens/s
+    there. `bounded` is False when every step was within the SLO (the rate is then a lower
+    bound); the rate is 0 when even the first step was beyond it."""
+    ordered = sorted(steps, key=lambda s: s["rate"])
+    within = None
+    for step in ordered:
+        p90 = _q(step, "ttft_ms", "p90")
+        if step["ok"] == step["requests"] and p90 <= slo_ms:
+            within = step
+            continue
+        if within is None:
+            return {"rate": 0.0, "output_tokens_per_s": 0.0, "bounded": True}
+        low = _q(within, "ttft_ms", "p90")
+        # A step with failed requests is beyond at any latency, and a NaN p90 (no answers)
+        # compares False: the rate stays at the last step within.
+        answered = step["ok"] == step["requests"]
+        share = min(max((slo_ms - low) / (p90 - low), 0.0), 1.0) if answered and p90 > low \
+            else 0.0
+        return {key: within[key] + share * (step[key] - within[key])
+                for key in ("rate", "output_tokens_per_s")} | {"bounded": True}
+    if within is None:
+        return {"rate": 0.0, "output_tokens_per_s": 0.0, "bounded": True}
+    return {"rate": within["rate"], "output_tokens_per_s": within["output_tokens_per_s"],
+            "bounded": False}
+
+
+def goodputs(results: dict) -> dict[str, dict[str, dict]]:
+    """{workload: {policy: goodput}} for every workload and policy that ran."""
+    slo = {w.key: w.slo_ttft_p90_ms for w in WORKLOADS}
+    return {workload: {policy: goodput(steps, slo[workload]) for policy, steps in by.items()}
+            for workload, by in results.items()}
+
+
+def _epp_key(by_policy: dict) -> str | None:
+    return next((k for k in EPP_FOR_GOODPUT if k in by_policy), None)
+
+
 def _at(steps: list[dict], rate: float | None) -> dict | None:
     return next((s for s in steps if s["rate"] == rate), None)
 
@@ -208,13 +288,20 @@ def _q(step: dict | None, metric: str, q: str) -> float:
 
 
 def ratios(results: dict) -> dict[str, float]:
-    """Headline ratios at the shared-prefix workload's comparison step, and per workload
-    least-request against wasm-epp at its comparison step."""
+    """Headline ratios at the shared-prefix workload's comparison step; per workload
+    least-request and the best peer against wasm-epp at its comparison step; goodput."""
     out: dict[str, float] = {}
     shared = results.get("shared_prefix", {})
     workload = next(w for w in WORKLOADS if w.key == "shared_prefix")
     rr = _at(shared.get("round_robin", []), workload.compare_rate)
     epp = _at(shared.get("epp_default", []), workload.compare_rate)
+    sglang = _at(shared.get("sglang_cache_aware", []), workload.compare_rate)
+    best_epp = _epp_key(shared)
+    if sglang and best_epp:
+        out["ttft_p90_sglang_over_epp"] = common.ratio(
+            _q(sglang, "ttft_ms", "p90"),
+            _q(_at(shared[best_epp], workload.compare_rate), "ttft_ms", "p90"))
+    out.update(_goodput_ratios(results))
     if rr and epp:
         out["ttft_p90_roundrobin_over_epp"] = common.ratio(_q(rr, "ttft_ms", "p90"),
                                                            _q(epp, "ttft_ms", "p90"))
@@ -231,6 +318,37 @@ def ratios(results: dict) -> dict[str, float]:
             if lr and mine:
                 out[f"{workload.key}_ttft_p90_leastrequest_over_{name}"] = common.ratio(
                     _q(lr, "ttft_ms", "p90"), _q(mine, "ttft_ms", "p90"))
+    return out
+
+
+def _goodput_ratios(results: dict) -> dict[str, float]:
+    """Goodput (rate within the SLO) of wasm-epp's shipped profile over round-robin and over
+    the peers: on shared prefix as the headline names, and per workload against the best
+    peer (by goodput; its TTFT p90 at the comparison step too)."""
+    out: dict[str, float] = {}
+    good = goodputs(results)
+    for workload in WORKLOADS:
+        by_policy = good.get(workload.key, {})
+        epp_key = _epp_key(by_policy)
+        if epp_key is None:
+            continue
+        mine = by_policy[epp_key]["rate"]
+        prefix = "" if workload.key == "shared_prefix" else f"{workload.key}_"
+        if "round_robin" in by_policy:
+            out[f"{prefix}goodput_epp_over_roundrobin"] = common.ratio(
+                mine, by_policy["round_robin"]["rate"])
+        if "sglang_cache_aware" in by_policy:
+            out[f"{prefix}goodput_epp_over_sglang"] = common.ratio(
+                mine, by_policy["sglang_cache_aware"]["rate"])
+        ran = [k for k in PEER_POLICIES if k in by_policy]
+        if ran:
+            best = max(ran, key=lambda k: by_policy[k]["rate"])
+            out[f"{workload.key}_goodput_epp_over_best_peer"] = common.ratio(
+                mine, by_policy[best]["rate"])
+            steps = results[workload.key]
+            out[f"{workload.key}_ttft_p90_best_peer_over_epp"] = common.ratio(
+                _q(_at(steps[best], workload.compare_rate), "ttft_ms", "p90"),
+                _q(_at(steps[epp_key], workload.compare_rate), "ttft_ms", "p90"))
     return out
 
 
@@ -251,8 +369,12 @@ def plot(ctx: common.Ctx, results: dict) -> dict[str, str]:
 
 
 def _workload_markdown(workload: Workload, by_policy: dict[str, list[dict]],
-                       figure: str) -> str:
+                       good: dict[str, dict], figure: str) -> str:
     labels = {p.key: p.label for p in POLICIES}
+    good_rows = [[labels[key], ("≥ " if not g["bounded"] else "") + f"{g['rate']:.1f}",
+                  g["output_tokens_per_s"]] for key, g in good.items()]
+    good_table = common.md_table(["policy", "goodput (req/s within the SLO)",
+                                  "out tok/s at that rate"], good_rows)
     rows = []
     for key, steps in by_policy.items():
         for s in steps:
@@ -271,10 +393,15 @@ def _workload_markdown(workload: Workload, by_policy: dict[str, list[dict]],
     return f"""\
 ### {workload.label}
 
-Load generator flags: `{' '.join(workload.args)}` (streaming completions, open loop).
+Load generator flags: `{' '.join(workload.args)}` (streaming completions, open loop);
+servers' `--time-scale`: {', '.join(f"{t:g}" for t in workload.time_scales)}.
 Latencies in ms; policies are compared at {workload.compare_rate:g} requests/s.
 
 {table}
+
+Goodput, SLO TTFT p90 ≤ {workload.slo_ttft_p90_ms:g} ms (≥: within it at every step offered):
+
+{good_table}
 
 ![TTFT p90, {workload.label}]({figure})
 """
@@ -284,17 +411,30 @@ def markdown(results: dict, figures: dict[str, str], section_ratios: dict[str, f
              quick: bool) -> str:
     """The section's text."""
     parts = [f"""\
-{SIMS} identical simulators, each `{' '.join(SIM_ARGS)}`. Every policy gets freshly started
-simulators (cold caches) and then the same requests at each offered rate in turn, for
-{step_seconds(quick):g} s per rate. *busiest server* is the largest share of a step's requests
+{SIMS} simulators, each `{' '.join(SIM_ARGS)}` (plus a `--time-scale` per workload). Every
+policy gets freshly started simulators (cold caches) and then the same requests at each offered
+rate in turn, for {step_seconds(quick):g} s per rate.
+
+The peers are the routers a self-hosting team would pick instead, each from PyPI in its own
+venv, serving the same simulators by URL: `sglang-router` {peers.PEERS["sglang"].version} (the
+SGLang model gateway, Rust) and its fork `vllm-router` {peers.PEERS["vllm"].version}. Neither
+reads the servers' `/metrics`: their load signal is their own count of requests in flight, plus
+a `/get_load` poll every 30 s (the simulator answers it in SGLang's form). `cache_aware` keeps
+an approximate radix tree of the prompt text it has sent to each server and sends a request to
+the server with the longest match, unless the load is imbalanced, then to the least loaded;
+`power_of_two` compares the load of two random servers. Each is a separate HTTP proxy hop, as
+Envoy is for the other policies: measured here with 200 sequential requests it adds about
+0.3-0.4 ms p50 over a direct request (sglang-router) and 1.1-1.7 ms for vllm-router's
+`cache_aware`; Envoy with wasm-epp adds about 0.3 ms (see the overhead section). *busiest server* is the largest share of a step's requests
 that one server got (25 % is even); *spread CV* the coefficient of variation of the requests per
 server. *out tok/s* divides by the step's wall time including the drain of requests still
 running when the last one was sent, so a policy that builds a backlog shows less.
 """]
+    good = goodputs(results)
     for workload in WORKLOADS:
         if workload.key in results:
             parts.append(_workload_markdown(workload, results[workload.key],
-                                            figures[workload.key]))
+                                            good[workload.key], figures[workload.key]))
     listed = ", ".join(f"`{k}` {common.fmt(v, 2)}" for k, v in section_ratios.items())
     compared = ", ".join(f"{w.key} at {w.compare_rate:g} requests/s" for w in WORKLOADS
                          if w.key in results)
@@ -309,8 +449,9 @@ def run(ctx: common.Ctx) -> common.Section:
     section_ratios = ratios(results)
     data = {"mode": "quick" if ctx.quick else "full", "simulators": SIMS, "sim_args": SIM_ARGS,
             "step_s": step_seconds(ctx.quick), "tuned_config": TUNED_CONFIG,
-            "workloads": {w.key: {"args": list(w.args)} for w in WORKLOADS},
-            "results": results, "figures": figures}
+            "workloads": {w.key: {"args": list(w.args), "slo_ttft_p90_ms": w.slo_ttft_p90_ms,
+                                  "time_scales": list(w.time_scales)} for w in WORKLOADS},
+            "results": results, "goodput": goodputs(results), "figures": figures}
     json.dumps(data)
     return common.Section(KEY, TITLE, data, section_ratios,
                           markdown(results, figures, section_ratios, ctx.quick))

@@ -32,6 +32,7 @@ SECTIONS = {m.KEY: m for m in (routing, inference_perf, overhead, controller_cos
                                replicas, flow_control, vllm)}
 # Printed first, in this order: the figures the project's claims rest on.
 HEADLINE = ("ttft_p90_roundrobin_over_epp", "throughput_epp_over_roundrobin",
+            "goodput_epp_over_roundrobin", "goodput_epp_over_sglang", "ttft_p90_sglang_over_epp",
             "added_p50_extproc_over_wasm_1kb", "added_p50_extproc_over_wasm_100kb",
             "added_p50_extproc_over_wasm_1mb", "cpu_extproc_over_wasm_1kb",
             "cpu_extproc_over_wasm_100kb", "cpu_extproc_over_wasm_1mb",
@@ -119,6 +120,12 @@ def headline_rows(ratios: dict[str, float]) -> str:
                                         "near saturation); > 1: wasm-epp is faster",
         "throughput_epp_over_roundrobin": "output tokens/s, wasm-epp over round-robin (same "
                                           "step); > 1: wasm-epp serves more",
+        "goodput_epp_over_roundrobin": "goodput (highest offered rate with TTFT p90 within the "
+                                       "SLO), wasm-epp's shipped profile over round-robin, "
+                                       "shared prefix; > 1: the fleet carries more",
+        "goodput_epp_over_sglang": "the same over sglang-router cache_aware",
+        "ttft_p90_sglang_over_epp": "TTFT p90, sglang-router cache_aware over wasm-epp's "
+                                    "shipped profile (shared prefix, near saturation)",
         "added_p50_extproc_over_wasm_1kb": "latency an ext_proc picker adds over what wasm-epp "
                                            "adds, p50, 1 KB prompts",
         "added_p50_extproc_over_wasm_100kb": "the same, 100 KB prompts",
@@ -164,6 +171,16 @@ def findings(ratios: dict[str, float]) -> str:
             f"{ratios['throughput_epp_over_roundrobin']:.2f}× the output tokens/s"
             + (f", with a prefix-cache hit rate {100 * hit:.0f} points higher" if not math.isnan(hit)
                else "") + ".")
+    if has("goodput_epp_over_roundrobin", "goodput_epp_over_sglang"):
+        peers = [(w, ratios[f"{w}_goodput_epp_over_best_peer"]) for w in
+                 ("shared_prefix", "sharegpt", "multi_lora", "heterogeneous")
+                 if has(f"{w}_goodput_epp_over_best_peer")]
+        out.append(
+            "- **Goodput.** Within the TTFT p90 SLO, wasm-epp's shipped profile carries "
+            f"{ratios['goodput_epp_over_roundrobin']:.2f}× round-robin's offered rate and "
+            f"{ratios['goodput_epp_over_sglang']:.2f}× sglang-router cache_aware's on shared "
+            "prefix" + ("; over the best peer per workload: " + ", ".join(
+                f"{w} {v:.2f}×" for w, v in peers) if peers else "") + ".")
     if has("multi_lora_ttft_p90_leastrequest_over_epp_tuned",
            "multi_lora_ttft_p90_leastrequest_over_epp_default"):
         out.append(

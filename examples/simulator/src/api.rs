@@ -104,6 +104,7 @@ where
         }
         (&Method::GET, "/health") => Ok(respond::text(StatusCode::OK, "text/plain", String::new())),
         (&Method::GET, "/metrics") => Ok(metrics_response(app)),
+        (&Method::GET, "/get_load") => Ok(load_response(app)),
         (&Method::PUT, "/sim/metrics-override") => {
             control::set_override(app, read_json(body).await?)
         }
@@ -129,6 +130,22 @@ fn metrics_response(app: &App) -> Response<Body> {
     }
     .render();
     respond::text(StatusCode::OK, metrics::CONTENT_TYPE, text)
+}
+
+/// SGLang's `GET /get_load`: one entry per data-parallel rank (the simulator has one) with
+/// the requests it holds, those waiting and the KV tokens in use. The SGLang router polls it
+/// (every 30 s) for `power_of_two`; serving it lets that peer see what a real SGLang gives it.
+fn load_response(app: &App) -> Response<Body> {
+    let snapshot = app.engine.snapshot();
+    let config = app.engine.config();
+    let capacity = config.num_gpu_blocks.saturating_mul(config.block_size) as f64;
+    let load = serde_json::json!([{
+        "dp_rank": 0,
+        "num_reqs": snapshot.running + snapshot.waiting,
+        "num_waiting_reqs": snapshot.waiting,
+        "num_tokens": (snapshot.kv_cache_usage * capacity).round() as u64,
+    }]);
+    respond::json(StatusCode::OK, &load)
 }
 
 /// Reads and parses a JSON request body; any failure is a 400.
@@ -231,6 +248,16 @@ mod tests {
         assert_eq!(
             control_header_names(&headers).unwrap(),
             "x-gateway-destination-endpoint-subset,x-llm-d-inference-objective"
+        );
+    }
+
+    #[tokio::test]
+    async fn get_load_reports_an_idle_engine_in_sglang_form() {
+        let (status, body) = call_json(&app(), Method::GET, "/get_load", "").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            body,
+            json!([{"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}])
         );
     }
 

@@ -1,0 +1,66 @@
+"""Unit tests of the routing section's arithmetic (`make test-bench`)."""
+
+from __future__ import annotations
+
+import math
+import unittest
+
+from bench import routing
+
+
+def step(rate: float, p90: float, tokens: float, ok: int | None = None) -> dict:
+    """A measured step as `routing.run_step` returns it (the fields goodput reads)."""
+    requests = int(rate * 10)
+    return {"rate": rate, "requests": requests, "ok": requests if ok is None else ok,
+            "ttft_ms": {"p90": p90}, "e2e_ms": {"p90": p90}, "output_tokens_per_s": tokens,
+            "prefix_hit_rate": 0.5}
+
+
+class GoodputTest(unittest.TestCase):
+    def test_interpolates_between_the_last_step_within_and_the_first_beyond(self) -> None:
+        steps = [step(20, 600, 500), step(10, 200, 250), step(30, 1400, 700)]
+        good = routing.goodput(steps, 1000)
+        self.assertAlmostEqual(good["rate"], 25.0)
+        self.assertAlmostEqual(good["output_tokens_per_s"], 600.0)
+        self.assertTrue(good["bounded"])
+
+    def test_within_at_every_step_is_a_lower_bound(self) -> None:
+        good = routing.goodput([step(10, 200, 250), step(20, 300, 500)], 1000)
+        self.assertEqual((good["rate"], good["bounded"]), (20, False))
+
+    def test_beyond_at_the_first_step_is_zero(self) -> None:
+        good = routing.goodput([step(10, 1200, 250), step(20, 900, 500)], 1000)
+        self.assertEqual((good["rate"], good["output_tokens_per_s"]), (0.0, 0.0))
+
+    def test_a_step_with_failed_requests_is_beyond_the_slo(self) -> None:
+        steps = [step(10, 200, 250), step(20, 300, 500, ok=150), step(30, 400, 700)]
+        self.assertEqual(routing.goodput(steps, 1000)["rate"], 10)
+
+    def test_a_step_without_answers_stops_at_the_last_step_within(self) -> None:
+        steps = [step(10, 200, 250), step(20, math.nan, 0, ok=0)]
+        self.assertEqual(routing.goodput(steps, 1000)["rate"], 10)
+
+
+class GoodputRatiosTest(unittest.TestCase):
+    def results(self) -> dict:
+        slow = [step(8, 300, 200), step(28, 2000, 600), step(32, 4000, 650)]
+        fast = [step(8, 250, 200), step(28, 500, 700), step(32, 1500, 750)]
+        mid = [step(8, 250, 200), step(28, 800, 680), step(32, 1800, 700)]
+        return {"shared_prefix": {"round_robin": slow, "sglang_cache_aware": mid,
+                                  "sglang_power_of_two": slow, "epp_default": mid,
+                                  "epp_tuned": fast}}
+
+    def test_the_shipped_profile_against_round_robin_and_the_best_peer(self) -> None:
+        out = routing.ratios(self.results())
+        rr = 8 + 20 * (1000 - 300) / (2000 - 300)
+        tuned = 28 + 4 * (1000 - 500) / (1500 - 500)
+        sglang = 28 + 4 * (1000 - 800) / (1800 - 800)
+        self.assertAlmostEqual(out["goodput_epp_over_roundrobin"], tuned / rr)
+        self.assertAlmostEqual(out["goodput_epp_over_sglang"], tuned / sglang)
+        self.assertAlmostEqual(out["shared_prefix_goodput_epp_over_best_peer"], tuned / sglang)
+        self.assertAlmostEqual(out["ttft_p90_sglang_over_epp"], 800 / 500)
+        self.assertAlmostEqual(out["shared_prefix_ttft_p90_best_peer_over_epp"], 800 / 500)
+
+
+if __name__ == "__main__":
+    unittest.main()
