@@ -39,23 +39,8 @@ SIM_ARGS = ["--max-num-seqs", "8", "--ttft-base-ms", "10", "--prefill-ms-per-tok
             "--lora-modules", ",".join(ADAPTERS), "--max-loras", "2", "--lora-load-ms", "100"]
 # Timeouts that every step's slowest request stays under, even past saturation.
 REQUEST_TIMEOUT_S = 120
-# wasm-epp tuned for this traffic: the default profile plus LoRA affinity.
-TUNED_CONFIG = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: prefix-cache-scorer
-- type: lora-affinity-scorer
-schedulingProfiles:
-- name: default
-  plugins:
-  - { pluginRef: queue-scorer, weight: 2 }
-  - { pluginRef: kv-cache-utilization-scorer, weight: 2 }
-  - { pluginRef: prefix-cache-scorer, weight: 3 }
-  - { pluginRef: lora-affinity-scorer, weight: 2 }
-"""
+# The profile wasm-epp ships for mixed traffic: the default profile plus LoRA affinity.
+TUNED_CONFIG = (common.REPO / "examples" / "profiles" / "prefix-lora.yaml").read_text()
 
 
 @dataclass(frozen=True)

@@ -123,9 +123,31 @@ fn every_example_controller_command_line_is_accepted() {
     }
 }
 
+/// `(where, text)` of every profile file in `examples/profiles` (bare EndpointPickerConfigs).
+fn profile_files() -> Vec<(String, String)> {
+    let dir = repo_root().join("examples/profiles");
+    let mut out: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| {
+            let name = format!(
+                "examples/profiles/{}",
+                p.file_name().unwrap().to_string_lossy()
+            );
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 #[test]
 fn every_example_picker_config_loads() {
-    let all = picker_configs(&documents());
+    let profiles = profile_files();
+    assert!(!profiles.is_empty(), "no profile in examples/profiles");
+    let mut all = picker_configs(&documents());
+    all.extend(profiles);
     assert!(
         !all.is_empty(),
         "no EndpointPickerConfig found in the examples"
