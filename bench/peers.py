@@ -5,7 +5,7 @@ workers by URL. Each is installed once per machine from PyPI into its own venv u
 machine cache (`~/.cache/wasm-epp/peers/<package>-<version>/`, Python 3.11), and runs as its
 own HTTP proxy in front of the same simulators: the load generator talks to it instead of to
 Envoy. Neither reads a worker's `/metrics`: their load signal is their own count of requests
-in flight (plus a `/get_load` poll every 30 s, which the simulator does not serve), and
+in flight (plus a `/get_load` poll every 30 s, which the simulator answers as SGLang does), and
 `cache_aware` keeps its own approximate radix tree of the prompts it has sent to each worker.
 """
 
@@ -29,6 +29,7 @@ class Peer:
     package: str
     version: str
     module: str  # the Python module its venv must import
+    launcher: tuple[str, ...]  # the command in the venv's bin/ that starts it, then its args
 
     def venv(self) -> Path:
         """Where this version is installed (outside the clone, shared by every clone)."""
@@ -37,18 +38,16 @@ class Peer:
     def argv(self, bin_dir: Path, port: int, metrics_port: int, policy: str,
              workers: Sequence[str]) -> list[str]:
         """The command line that serves `workers` on 127.0.0.1:`port` with `policy`."""
-        if self.key == "sglang":
-            head = [str(bin_dir / "python"), "-m", "sglang_router.launch_router"]
-        else:
-            head = [str(bin_dir / "vllm-router")]
-        return [*head, "--host", "127.0.0.1", "--port", str(port), "--policy", policy,
+        program, *args = self.launcher
+        return [str(bin_dir / program), *args, "--host", "127.0.0.1", "--port", str(port), "--policy", policy,
                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
                 "--worker-urls", *workers]
 
 
 PEERS = {
-    "sglang": Peer("sglang", "sglang-router", "0.3.2", "sglang_router"),
-    "vllm": Peer("vllm", "vllm-router", "0.1.17", "vllm_router"),
+    "sglang": Peer("sglang", "sglang-router", "0.3.2", "sglang_router",
+                   ("python", "-m", "sglang_router.launch_router")),
+    "vllm": Peer("vllm", "vllm-router", "0.1.17", "vllm_router", ("vllm-router",)),
 }
 
 
@@ -76,7 +75,7 @@ def ensure(ctx: common.Ctx, peer: Peer) -> Path:
 
 def start(ctx: common.Ctx, procs: common.Procs, peer: Peer, policy: str,
           sims: Sequence[common.Sim], name: str) -> Router:
-    """Starts `peer` with `policy` over `sims` and waits until it routes a request."""
+    """Starts `peer` with `policy` over `sims` and waits until it answers `/health`."""
     bin_dir = ensure(ctx, peer)
     port, metrics_port = common.free_port(), common.free_port()
     proc = procs.start(name, peer.argv(bin_dir, port, metrics_port, policy,
