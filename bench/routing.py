@@ -39,8 +39,9 @@ SIM_ARGS = ["--max-num-seqs", "8", "--ttft-base-ms", "10", "--prefill-ms-per-tok
             "--lora-modules", ",".join(ADAPTERS), "--max-loras", "2", "--lora-load-ms", "100"]
 # Timeouts that every step's slowest request stays under, even past saturation.
 REQUEST_TIMEOUT_S = 120
-# The profile wasm-epp ships for mixed traffic: the default profile plus LoRA affinity.
-TUNED_CONFIG = (common.REPO / "examples" / "profiles" / "prefix-lora.yaml").read_text()
+# The profile wasm-epp ships for mixed traffic on unequal servers: the default profile plus
+# LoRA affinity and the expected-delay scorer.
+TUNED_CONFIG = (common.REPO / "examples" / "profiles" / "prefix-lora-delay.yaml").read_text()
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ POLICIES = (
            peer=("sglang", "power_of_two")),
     Policy("vllm_cache_aware", "vllm-router cache_aware", peer=("vllm", "cache_aware")),
     Policy("epp_default", "wasm-epp default"),
-    Policy("epp_tuned", "wasm-epp + LoRA affinity", config=TUNED_CONFIG),
+    Policy("epp_tuned", "wasm-epp + LoRA affinity + expected delay", config=TUNED_CONFIG),
 )
 QUICK_POLICIES = ("round_robin", "sglang_cache_aware", "epp_default")
 # Peer policies, for "the best peer" of a workload.

@@ -155,7 +155,8 @@ impl Endpoint {
 /// Metrics scraped from one endpoint's `/metrics`. A failed scrape keeps the previous values and
 /// does not move `updated_unix_ms`; an endpoint never scraped successfully has it `None`.
 ///
-/// The fields every pick reads (queue, running requests, KV usage) come first, in this order
+/// The fields every pick reads (queue, running requests, KV usage, decode speed) come first, in
+/// this order
 /// (see [`Endpoint`]'s layout).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -167,6 +168,13 @@ pub struct Metrics {
     pub running_requests_size: u64,
     /// `vllm:kv_cache_usage_perc` (or the older `vllm:gpu_cache_usage_perc`), a fraction 0..1.
     pub kv_cache_usage: f64,
+    /// The server's measured time per output token, in milliseconds: the controller's
+    /// moving mean over its inter-token-latency histogram (`vllm:inter_token_latency_seconds`).
+    /// 0 while unknown (no tokens decoded yet, or an engine that reports no such histogram).
+    pub decode_ms_per_token: f64,
+    /// The most requests the controller has seen the server run at once: once the server has
+    /// been full, its batch limit (`--max-num-seqs`, or fewer when the KV cache binds first).
+    pub peak_running_requests: u64,
     /// LoRA adapters running (`running_lora_adapters` of `vllm:lora_requests_info`).
     pub active_models: Vec<String>,
     /// LoRA adapters waiting (`waiting_lora_adapters`).

@@ -270,9 +270,9 @@ mod tests {
             kv_cache_usage: kv,
             ..Metrics::default()
         };
-        store.record_scrape(&jobs[0].key, Ok(metrics(2, 4, 0.2)), 10_000);
-        store.record_scrape(&jobs[1].key, Ok(metrics(6, 8, 0.6)), 10_000);
-        store.record_scrape(&jobs[2].key, Ok(metrics(100, 100, 1.0)), 1_000);
+        store.record_scrape(&jobs[0].key, Ok(metrics(2, 4, 0.2).into()), 10_000);
+        store.record_scrape(&jobs[1].key, Ok(metrics(6, 8, 0.6).into()), 10_000);
+        store.record_scrape(&jobs[2].key, Ok(metrics(100, 100, 1.0).into()), 1_000);
         store.record_scrape(&jobs[2].key, Err("refused".into()), 9_000);
         store.finish_round();
 

@@ -129,6 +129,14 @@ impl Selector {
                 .all(|(label, value)| sample.label(label) == Some(value.as_str()))
     }
 
+    /// The same series of the family `name + suffix` (a histogram's `_sum`, say).
+    pub fn suffixed(&self, suffix: &str) -> Selector {
+        Selector {
+            name: format!("{}{suffix}", self.name),
+            labels: self.labels.clone(),
+        }
+    }
+
     fn of(text: &str) -> Selector {
         Selector::parse(text).unwrap_or_else(|e| panic!("built-in selector: {e}"))
     }
@@ -197,12 +205,15 @@ pub struct Engine {
     pub block_size: Option<Field>,
     /// KV-cache blocks.
     pub num_blocks: Option<Field>,
+    /// Inter-token-latency histograms (their `_sum` and `_count` series are read), for the
+    /// server's measured decode speed; several series are summed.
+    pub inter_token_latency: Vec<Selector>,
 }
 
 impl Engine {
     /// Every metric family this engine reads (for servers that can filter their exposition).
-    pub fn families(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self
+    pub fn families(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
             .waiting
             .iter()
             .chain(&self.running)
@@ -210,7 +221,12 @@ impl Engine {
             .chain(self.lora.iter().map(|l| &l.selector))
             .chain(self.block_size.iter().map(Field::selector))
             .chain(self.num_blocks.iter().map(Field::selector))
-            .map(|s| s.name.as_str())
+            .map(|s| s.name.clone())
+            .chain(
+                self.inter_token_latency
+                    .iter()
+                    .flat_map(|s| [s.suffixed("_sum").name, s.suffixed("_count").name]),
+            )
             .collect();
         names.sort_unstable();
         names.dedup();
@@ -238,6 +254,11 @@ pub fn built_in() -> Vec<Engine> {
             ))),
             block_size: label("vllm:cache_config_info", BLOCK_SIZE_LABEL),
             num_blocks: label("vllm:cache_config_info", NUM_BLOCKS_LABEL),
+            // The second is the name vLLM used before `inter_token_latency_seconds`.
+            inter_token_latency: list(&[
+                "vllm:inter_token_latency_seconds",
+                "vllm:time_per_output_token_seconds",
+            ]),
         },
         Engine {
             name: "sglang".into(),
@@ -247,6 +268,10 @@ pub fn built_in() -> Vec<Engine> {
             lora: None,
             block_size: label("sglang:cache_config_info", "page_size"),
             num_blocks: label("sglang:cache_config_info", "num_pages"),
+            inter_token_latency: list(&[
+                "sglang:inter_token_latency_seconds",
+                "sglang:time_per_output_token_seconds",
+            ]),
         },
         Engine {
             name: "trtllm-serve".into(),
@@ -256,6 +281,7 @@ pub fn built_in() -> Vec<Engine> {
             lora: None,
             block_size: value("trtllm_kv_cache_tokens_per_block"),
             num_blocks: value("trtllm_kv_cache_max_blocks"),
+            inter_token_latency: Vec::new(),
         },
         Engine {
             name: "triton-tensorrt-llm".into(),
@@ -265,6 +291,7 @@ pub fn built_in() -> Vec<Engine> {
             lora: None,
             block_size: value(&format!("{trt}{{kv_cache_block_type=\"tokens_per\"}}")),
             num_blocks: value(&format!("{trt}{{kv_cache_block_type=\"max\"}}")),
+            inter_token_latency: Vec::new(),
         },
         Engine {
             name: "triton".into(),
@@ -274,6 +301,7 @@ pub fn built_in() -> Vec<Engine> {
             lora: None,
             block_size: None,
             num_blocks: None,
+            inter_token_latency: Vec::new(),
         },
     ]
 }
@@ -302,6 +330,10 @@ pub struct EngineConfig {
     /// Cache geometry (labels `block_size` and `num_gpu_blocks`).
     #[serde(default)]
     pub cache_info_spec: String,
+    /// The inter-token-latency histogram (its `_sum` and `_count` series are read); not an
+    /// upstream field.
+    #[serde(default)]
+    pub inter_token_latency_spec: String,
 }
 
 impl EngineConfig {
@@ -340,6 +372,9 @@ impl EngineConfig {
                 .clone()
                 .map(|s| Field::Label(s, BLOCK_SIZE_LABEL.into())),
             num_blocks: cache.map(|s| Field::Label(s, NUM_BLOCKS_LABEL.into())),
+            inter_token_latency: one("interTokenLatencySpec", &self.inter_token_latency_spec)?
+                .into_iter()
+                .collect(),
         })
     }
 }
@@ -515,10 +550,14 @@ mod tests {
             [
                 "vllm:cache_config_info",
                 "vllm:gpu_cache_usage_perc",
+                "vllm:inter_token_latency_seconds_count",
+                "vllm:inter_token_latency_seconds_sum",
                 "vllm:kv_cache_usage_perc",
                 "vllm:lora_requests_info",
                 "vllm:num_requests_running",
                 "vllm:num_requests_waiting",
+                "vllm:time_per_output_token_seconds_count",
+                "vllm:time_per_output_token_seconds_sum",
             ]
         );
     }

@@ -3,8 +3,28 @@
 
 use wasm_epp::snapshot::Metrics;
 
+use crate::decode_speed::DecodeTotals;
 use crate::engines::{Engine, Field, Selector};
 use crate::prometheus::Sample;
+
+/// What one successful scrape yields: the snapshot's metrics, and the cumulative decode totals
+/// the store turns into [`Metrics::decode_ms_per_token`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scraped {
+    /// The metrics as extracted (`decode_ms_per_token` is the store's to set).
+    pub metrics: Metrics,
+    /// The inter-token-latency histogram's totals, when the server reports one.
+    pub decode: Option<DecodeTotals>,
+}
+
+impl From<Metrics> for Scraped {
+    fn from(metrics: Metrics) -> Scraped {
+        Scraped {
+            metrics,
+            decode: None,
+        }
+    }
+}
 
 /// Extracts `engine`'s metrics. Several series of the queue or running gauge (e.g. one per
 /// `model_name`) are summed, and the largest KV-cache usage is taken. An exposition with none
@@ -44,6 +64,16 @@ pub fn metrics(engine: &Engine, samples: &[Sample<'_>]) -> Result<Metrics, Strin
     metrics.block_size = engine.block_size.as_ref().and_then(|f| field(samples, f));
     metrics.num_gpu_blocks = engine.num_blocks.as_ref().and_then(|f| field(samples, f));
     Ok(metrics)
+}
+
+/// The cumulative `_sum` and `_count` of the engine's inter-token-latency histogram (the first
+/// one present; several series are summed), or `None` when the server reports none.
+pub fn decode_totals(engine: &Engine, samples: &[Sample<'_>]) -> Option<DecodeTotals> {
+    engine.inter_token_latency.iter().find_map(|histogram| {
+        let seconds = sum(samples, &histogram.suffixed("_sum"))?;
+        let tokens = sum(samples, &histogram.suffixed("_count"))?;
+        Some(DecodeTotals { seconds, tokens })
+    })
 }
 
 fn series<'s, 'a>(
@@ -167,6 +197,38 @@ mod tests {
         assert_eq!(m.max_active_models, 0);
         assert_eq!(m.block_size, None);
         assert_eq!(m.updated_unix_ms, None);
+    }
+
+    #[test]
+    fn decode_totals_read_the_first_histogram_present() {
+        let engines = Engines::default();
+        let vllm = engines.get("vllm").unwrap();
+        let totals = |text: &str| decode_totals(vllm, &parse(text).unwrap());
+        let current = "vllm:inter_token_latency_seconds_sum{model_name=\"a\"} 1.5\n\
+                       vllm:inter_token_latency_seconds_count{model_name=\"a\"} 50\n\
+                       vllm:inter_token_latency_seconds_sum{model_name=\"b\"} 0.5\n\
+                       vllm:inter_token_latency_seconds_count{model_name=\"b\"} 10\n\
+                       vllm:time_per_output_token_seconds_sum 99\n\
+                       vllm:time_per_output_token_seconds_count 1\n";
+        assert_eq!(
+            totals(current),
+            Some(DecodeTotals {
+                seconds: 2.0,
+                tokens: 60.0
+            })
+        );
+        let older = "vllm:time_per_output_token_seconds_sum 3\n\
+                     vllm:time_per_output_token_seconds_count 100\n";
+        assert_eq!(
+            totals(older),
+            Some(DecodeTotals {
+                seconds: 3.0,
+                tokens: 100.0
+            })
+        );
+        assert_eq!(totals("vllm:num_requests_waiting 1\n"), None);
+        let triton = engines.get("triton").unwrap();
+        assert_eq!(decode_totals(triton, &parse(current).unwrap()), None);
     }
 
     #[test]

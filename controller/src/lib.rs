@@ -13,6 +13,7 @@ pub mod log;
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod decode_speed;
 pub mod discovery;
 pub mod duration;
 pub mod eds;

@@ -27,9 +27,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::MissedTickBehavior;
 use tracing::{info, warn};
-use wasm_epp::snapshot::Metrics;
 
 use crate::engines::Engine;
+use crate::extract::Scraped;
 use crate::store::now_unix_ms;
 use crate::store::{ScrapeJob, Store};
 use crate::{extract, prometheus};
@@ -173,7 +173,7 @@ async fn scrape(
     host_port: &str,
     engine: &Engine,
     working: &Working,
-) -> Result<Metrics, String> {
+) -> Result<Scraped, String> {
     let known = working.lock().ok().and_then(|w| w.get(host_port).copied());
     let mut error = String::new();
     for query in known
@@ -197,7 +197,7 @@ async fn scrape(
 }
 
 /// Fetches and extracts one endpoint's metrics.
-async fn fetch(client: &HttpClient, url: &str, engine: &Engine) -> Result<Metrics, String> {
+async fn fetch(client: &HttpClient, url: &str, engine: &Engine) -> Result<Scraped, String> {
     let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url}: {e}"))?;
     let request = Request::get(uri)
         .header("accept", "text/plain")
@@ -217,7 +217,10 @@ async fn fetch(client: &HttpClient, url: &str, engine: &Engine) -> Result<Metric
         .to_bytes();
     let text = std::str::from_utf8(&body).map_err(|e| format!("response is not UTF-8: {e}"))?;
     let samples = prometheus::parse(text).map_err(|e| format!("invalid metrics: {e}"))?;
-    extract::metrics(engine, &samples)
+    Ok(Scraped {
+        metrics: extract::metrics(engine, &samples)?,
+        decode: extract::decode_totals(engine, &samples),
+    })
 }
 
 /// `error: cause: cause…`, since hyper's top-level client errors say little on their own.
@@ -242,8 +245,13 @@ mod tests {
     fn queries_ask_for_the_engine_families() {
         let engines = Engines::default();
         let sglang = engines.get("sglang").unwrap();
-        let filter = "name%5B%5D=sglang%3Acache_config_info&name%5B%5D=sglang%3Anum_queue_reqs\
-                      &name%5B%5D=sglang%3Anum_running_reqs&name%5B%5D=sglang%3Atoken_usage";
+        let filter = "name%5B%5D=sglang%3Acache_config_info\
+                      &name%5B%5D=sglang%3Ainter_token_latency_seconds_count\
+                      &name%5B%5D=sglang%3Ainter_token_latency_seconds_sum\
+                      &name%5B%5D=sglang%3Anum_queue_reqs&name%5B%5D=sglang%3Anum_running_reqs\
+                      &name%5B%5D=sglang%3Atime_per_output_token_seconds_count\
+                      &name%5B%5D=sglang%3Atime_per_output_token_seconds_sum\
+                      &name%5B%5D=sglang%3Atoken_usage";
         assert_eq!(
             Query::FilteredSlash.path_and_query("/metrics", sglang),
             format!("/metrics/?{filter}")

@@ -25,7 +25,9 @@ use tokio::time::Instant;
 use wasm_epp::scheduler::profile::{FilterSpec, Profile};
 use wasm_epp::snapshot::{Endpoint, Metrics, ModelRewrite, Snapshot};
 
+use crate::decode_speed::DecodeSpeed;
 use crate::engines::{Engine, Engines};
+use crate::extract::Scraped;
 
 /// A published snapshot with its encoded form.
 #[derive(Debug)]
@@ -207,6 +209,8 @@ struct Entry {
     scrapes_failed: u64,
     consecutive_failures: u32,
     scraping: bool,
+    /// The server's decode speed, from its inter-token-latency histogram.
+    decode_speed: DecodeSpeed,
 }
 
 #[derive(Debug)]
@@ -345,7 +349,7 @@ impl Store {
     pub fn record_scrape(
         &self,
         key: &EndpointKey,
-        result: Result<Metrics, String>,
+        result: Result<Scraped, String>,
         now_unix_ms: u64,
     ) -> bool {
         match &result {
@@ -363,9 +367,18 @@ impl Store {
         entry.scraping = false;
         let was_failing = entry.last_error.is_some();
         match result {
-            Ok(metrics) => {
+            Ok(Scraped { metrics, decode }) => {
+                let decode_ms_per_token = match decode {
+                    Some(totals) => entry.decode_speed.observe(totals, now_unix_ms),
+                    None => 0.0,
+                };
+                let peak_running_requests = metrics
+                    .running_requests_size
+                    .max(entry.endpoint.metrics.peak_running_requests);
                 entry.endpoint.metrics = Metrics {
                     updated_unix_ms: Some(now_unix_ms),
+                    decode_ms_per_token,
+                    peak_running_requests,
                     ..metrics
                 };
                 entry.scrapes_ok += 1;
@@ -543,6 +556,8 @@ fn same_but_scrape_time(a: &Endpoint, b: &Endpoint) -> bool {
         waiting_queue_size,
         running_requests_size,
         kv_cache_usage,
+        decode_ms_per_token,
+        peak_running_requests,
         active_models,
         waiting_models,
         max_active_models,
@@ -559,6 +574,8 @@ fn same_but_scrape_time(a: &Endpoint, b: &Endpoint) -> bool {
         && *waiting_queue_size == m.waiting_queue_size
         && *running_requests_size == m.running_requests_size
         && *kv_cache_usage == m.kv_cache_usage
+        && *decode_ms_per_token == m.decode_ms_per_token
+        && *peak_running_requests == m.peak_running_requests
         && *active_models == m.active_models
         && *waiting_models == m.waiting_models
         && *max_active_models == m.max_active_models
@@ -587,6 +604,7 @@ fn entries_from(endpoints: Vec<Endpoint>, mut previous: HashMap<EndpointKey, Ent
                     scrapes_failed: 0,
                     consecutive_failures: 0,
                     scraping: false,
+                    decode_speed: DecodeSpeed::default(),
                 },
             },
         )

@@ -13,8 +13,9 @@ use super::disaggregation::Disaggregation;
 use super::filters::{decode_filter, label_selector_filter, prefill_filter, utilization_detector};
 use super::pickers::{max_score_picker, random_picker, weighted_random_picker};
 use super::scorers::{
-    active_request_scorer, kv_cache_utilization_scorer, load_aware_scorer, lora_affinity_scorer,
-    prefix_cache_scorer, queue_scorer, running_requests_size_scorer, session_affinity_scorer,
+    active_request_scorer, expected_delay_scorer, kv_cache_utilization_scorer, load_aware_scorer,
+    lora_affinity_scorer, prefix_cache_scorer, queue_scorer, running_requests_size_scorer,
+    session_affinity_scorer,
 };
 use crate::flow_control::FlowControl;
 
@@ -162,6 +163,9 @@ pub enum ScorerSpec {
     /// token, or by its session id), 0 for the others.
     #[serde(rename = "session-affinity-scorer")]
     SessionAffinity(SessionAffinityParams),
+    /// `expected-delay-scorer` (ours): least `(load + 1) × measured time per output token`.
+    #[serde(rename = "expected-delay-scorer")]
+    ExpectedDelay,
 }
 
 /// Parameters of `session-affinity-scorer`.
@@ -335,6 +339,7 @@ impl ScorerSpec {
             ScorerSpec::RunningRequestsSize => running_requests_size_scorer::TYPE,
             ScorerSpec::LoadAware(_) => load_aware_scorer::TYPE,
             ScorerSpec::SessionAffinity(_) => session_affinity_scorer::TYPE,
+            ScorerSpec::ExpectedDelay => expected_delay_scorer::TYPE,
         }
     }
 }
@@ -385,6 +390,7 @@ mod tests {
             ScorerSpec::RunningRequestsSize,
             ScorerSpec::LoadAware(LoadAwareParams::default()),
             ScorerSpec::SessionAffinity(SessionAffinityParams::default()),
+            ScorerSpec::ExpectedDelay,
         ];
         for spec in &scorers {
             assert_eq!(tag(spec), spec.type_name(), "{spec:?}");

@@ -183,6 +183,10 @@ pub(crate) fn build(
             params(&[], &[])?;
             Ok(scorer(ScorerSpec::RunningRequestsSize))
         }
+        scorers::expected_delay_scorer::TYPE => {
+            params(&[], &[])?;
+            Ok(scorer(ScorerSpec::ExpectedDelay))
+        }
         scorers::load_aware_scorer::TYPE => {
             let params = params(&["threshold"], &[])?;
             let mut load = LoadAwareParams::default();

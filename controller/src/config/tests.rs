@@ -40,13 +40,16 @@ fn the_metrics_extractor_takes_upstream_engine_configs() {
         "plugins:\n\
          - type: metrics-data-source\n\
          - name: extractor\n  type: core-metrics-extractor\n  parameters:\n    defaultEngine: atom\n    engineConfigs:\n\
-         \x20   - name: atom\n      queuedRequestsSpec: atom:waiting\n      kvUsageSpec: atom:kv\n\
+         \x20   - name: atom\n      queuedRequestsSpec: atom:waiting\n      kvUsageSpec: atom:kv\n      interTokenLatencySpec: atom:itl\n\
          dataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors:\n    - pluginRef: extractor\n",
     )
     .unwrap();
     let atom = config.engines.for_labels(&Default::default());
     assert_eq!(atom.name, "atom");
-    assert_eq!(atom.families(), ["atom:kv", "atom:waiting"]);
+    assert_eq!(
+        atom.families(),
+        ["atom:itl_count", "atom:itl_sum", "atom:kv", "atom:waiting"]
+    );
 
     let err = compile_yaml(
         "plugins:\n- type: core-metrics-extractor\n  parameters: {defaultEngine: nope}\n",
@@ -175,6 +178,15 @@ fn active_request_scorer_parameters() {
         compile_yaml("plugins:\n- type: active-request-scorer\n  parameters: {maxBusyScore: 2}\n")
             .unwrap_err();
     assert!(err.contains("plugins[0].parameters.maxBusyScore"), "{err}");
+}
+
+#[test]
+fn expected_delay_scorer_takes_no_parameters() {
+    let config = compile_yaml("plugins:\n- type: expected-delay-scorer\n").unwrap();
+    assert_eq!(config.profile.scorers[0].scorer, ScorerSpec::ExpectedDelay);
+    let err = compile_yaml("plugins:\n- type: expected-delay-scorer\n  parameters: {horizon: 2}\n")
+        .unwrap_err();
+    assert!(err.contains("plugins[0].parameters"), "{err}");
 }
 
 #[test]

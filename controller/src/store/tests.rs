@@ -57,7 +57,7 @@ fn every_change_publishes_a_strictly_greater_version() {
     let mut versions = vec![store.current().version()];
     for n in 1..=20 {
         for job in store.begin_scrapes() {
-            store.record_scrape(&job.key, Ok(queue(n)), now_unix_ms());
+            store.record_scrape(&job.key, Ok(queue(n).into()), now_unix_ms());
         }
         store.finish_round();
         versions.push(store.current().version());
@@ -84,7 +84,7 @@ fn metrics_scraped_again_unchanged_are_republished_only_when_the_vouch_runs_out_
     assert_eq!(staleness_threshold_ms(&Profile::default()), 200);
     let round = |result: Result<Metrics, String>| {
         for job in store.begin_scrapes() {
-            store.record_scrape(&job.key, result.clone(), now_unix_ms());
+            store.record_scrape(&job.key, result.clone().map(Scraped::from), now_unix_ms());
         }
         store.finish_round();
         store.current().version()
@@ -121,7 +121,7 @@ fn metrics_scraped_again_unchanged_are_republished_only_when_the_vouch_runs_out_
 fn failures_keep_metrics_and_report_transitions() {
     let store = Store::new(Profile::default(), vec![endpoint("a", 1)]);
     let a = key("a", 1);
-    assert!(!store.record_scrape(&a, Ok(queue(4)), 1_000));
+    assert!(!store.record_scrape(&a, Ok(queue(4).into()), 1_000));
     assert!(
         store.record_scrape(&a, Err("down".into()), 2_000),
         "ok → failing"
@@ -133,7 +133,10 @@ fn failures_keep_metrics_and_report_transitions() {
     assert_eq!(report.metrics_age_ms, Some(2_500));
     assert_eq!(report.last_error.as_deref(), Some("still down"));
     assert_eq!((report.scrapes_ok, report.scrapes_failed), (1, 2));
-    assert!(store.record_scrape(&a, Ok(queue(1)), 4_000), "failing → ok");
+    assert!(
+        store.record_scrape(&a, Ok(queue(1).into()), 4_000),
+        "failing → ok"
+    );
     assert_eq!(store.endpoint_reports(4_000)[0].last_error, None);
     let counters = store.counters();
     assert_eq!(Counters::get(&counters.scrapes_success), 2);
@@ -155,15 +158,15 @@ fn consecutive_failures_make_an_endpoint_unready_and_one_success_brings_it_back(
             .map(|e| e.ready)
             .collect()
     };
-    store.record_scrape(&a, Ok(queue(0)), 1_000);
-    store.record_scrape(&b, Ok(queue(0)), 1_000);
+    store.record_scrape(&a, Ok(queue(0).into()), 1_000);
+    store.record_scrape(&b, Ok(queue(0).into()), 1_000);
     assert_eq!(ready(&store), [true, true]);
     for at in [2_000, 3_000] {
         store.record_scrape(&a, Err("refused".into()), at);
         assert_eq!(ready(&store), [true, true], "one slow scrape is not enough");
     }
     // A success in between starts the count again.
-    store.record_scrape(&a, Ok(queue(0)), 3_500);
+    store.record_scrape(&a, Ok(queue(0).into()), 3_500);
     for at in [4_000, 5_000] {
         store.record_scrape(&a, Err("refused".into()), at);
     }
@@ -175,7 +178,7 @@ fn consecutive_failures_make_an_endpoint_unready_and_one_success_brings_it_back(
     // Rediscovery keeps the state; one success brings it back.
     store.set_endpoints(vec![endpoint("a", 1), endpoint("b", 2)]);
     assert_eq!(ready(&store), [false, true]);
-    store.record_scrape(&a, Ok(queue(0)), 7_000);
+    store.record_scrape(&a, Ok(queue(0).into()), 7_000);
     assert_eq!(ready(&store), [true, true]);
     assert_eq!(store.endpoint_reports(7_000)[0].consecutive_failures, 0);
 }
@@ -183,8 +186,8 @@ fn consecutive_failures_make_an_endpoint_unready_and_one_success_brings_it_back(
 #[test]
 fn endpoints_that_stay_keep_their_metrics() {
     let store = Store::new(Profile::default(), vec![endpoint("a", 1), endpoint("b", 2)]);
-    store.record_scrape(&key("a", 1), Ok(queue(7)), 1_000);
-    store.record_scrape(&key("b", 2), Ok(queue(8)), 1_000);
+    store.record_scrape(&key("a", 1), Ok(queue(7).into()), 1_000);
+    store.record_scrape(&key("b", 2), Ok(queue(8).into()), 1_000);
     let mut relabelled = endpoint("a", 1);
     relabelled.labels.insert("role".into(), "decode".into());
     // b moves to another port: a different endpoint, so it starts empty.
@@ -198,7 +201,7 @@ fn endpoints_that_stay_keep_their_metrics() {
     assert_eq!(by_name, [("a", 1, 7), ("b", 3, 0), ("c", 4, 0)]);
     assert_eq!(snapshot.endpoints[0].labels["role"], "decode");
     // A late result for the removed endpoint is dropped.
-    assert!(!store.record_scrape(&key("b", 2), Ok(queue(9)), 2_000));
+    assert!(!store.record_scrape(&key("b", 2), Ok(queue(9).into()), 2_000));
 }
 
 #[test]
@@ -207,7 +210,7 @@ fn at_most_one_scrape_per_endpoint_is_in_flight() {
     let jobs = store.begin_scrapes();
     assert_eq!(jobs.len(), 2);
     assert_eq!(jobs[0].host_port, "127.0.0.1:1");
-    store.record_scrape(&jobs[0].key, Ok(queue(1)), 1_000);
+    store.record_scrape(&jobs[0].key, Ok(queue(1).into()), 1_000);
     let again: Vec<_> = store.begin_scrapes().into_iter().map(|j| j.key).collect();
     assert_eq!(again, [key("a", 1)], "b is still in flight");
 }
@@ -367,4 +370,64 @@ async fn long_poll_returns_as_soon_as_a_change_is_published() {
     assert!(waited >= Duration::from_millis(100), "{waited:?}");
     assert!(waited < Duration::from_secs(5), "{waited:?}");
     publisher.await.unwrap();
+}
+
+#[test]
+fn decode_speed_from_the_histogram_reaches_the_snapshot() {
+    use crate::decode_speed::DecodeTotals;
+    let store = Store::new(Profile::default(), vec![endpoint("a", 1)]);
+    let a = key("a", 1);
+    let scraped = |seconds: f64, tokens: f64| {
+        Ok(Scraped {
+            metrics: queue(0),
+            decode: Some(DecodeTotals { seconds, tokens }),
+        })
+    };
+    let speed = |store: &Store| {
+        store.current().snapshot.endpoints[0]
+            .metrics
+            .decode_ms_per_token
+    };
+    store.record_scrape(&a, scraped(1.0, 10.0), 1_000);
+    store.finish_round();
+    assert_eq!(speed(&store), 0.0, "one scrape is only a baseline");
+    // 1 s over 40 tokens since the baseline.
+    store.record_scrape(&a, scraped(2.0, 50.0), 2_000);
+    store.finish_round();
+    assert_eq!(speed(&store), 25.0);
+    // The endpoint moving to a new label set keeps its estimate.
+    let mut relabelled = endpoint("a", 1);
+    relabelled.labels.insert("role".into(), "decode".into());
+    store.set_endpoints(vec![relabelled]);
+    store.record_scrape(&a, scraped(2.0, 50.0), 3_000);
+    store.finish_round();
+    assert_eq!(speed(&store), 25.0);
+    // A server that stops reporting the histogram has no speed.
+    store.record_scrape(&a, Ok(queue(0).into()), 4_000);
+    store.finish_round();
+    assert_eq!(speed(&store), 0.0);
+}
+
+#[test]
+fn the_peak_of_running_requests_is_kept() {
+    let store = Store::new(Profile::default(), vec![endpoint("a", 1)]);
+    let a = key("a", 1);
+    let peak = |store: &Store| {
+        store.current().snapshot.endpoints[0]
+            .metrics
+            .peak_running_requests
+    };
+    for (at, running) in [(1_000, 3), (2_000, 8), (3_000, 5)] {
+        let metrics = Metrics {
+            running_requests_size: running,
+            ..Metrics::default()
+        };
+        store.record_scrape(&a, Ok(metrics.into()), at);
+        store.finish_round();
+    }
+    assert_eq!(peak(&store), 8);
+    // A failed scrape keeps it.
+    store.record_scrape(&a, Err("refused".into()), 4_000);
+    store.finish_round();
+    assert_eq!(peak(&store), 8);
 }

@@ -73,6 +73,47 @@ pub struct Totals {
     pub request_success_total: u64,
     /// Admissions that had to load their LoRA adapter into a slot.
     pub lora_loads_total: u64,
+    /// Decode steps (output tokens after each request's first), by inter-token latency.
+    pub inter_token_latency: Histogram,
+}
+
+/// Upper bounds, in seconds, of the inter-token-latency histogram's buckets (a subset of
+/// vLLM's), ending in `+Inf`.
+pub const ITL_BUCKETS_S: [f64; 10] = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    f64::INFINITY,
+];
+
+/// A cumulative Prometheus histogram over [`ITL_BUCKETS_S`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Histogram {
+    /// Observations at most each bound (cumulative, as exposed).
+    pub buckets: [u64; ITL_BUCKETS_S.len()],
+    /// Sum of the observations, in seconds.
+    pub sum: f64,
+    /// Number of observations.
+    pub count: u64,
+}
+
+impl Histogram {
+    /// Adds one observation of `seconds`.
+    pub fn observe(&mut self, seconds: f64) {
+        for (bucket, bound) in self.buckets.iter_mut().zip(ITL_BUCKETS_S) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
 }
 
 /// The engine's state at one instant.
@@ -330,12 +371,17 @@ impl Sequence {
         self.engine.config.latency.itl(others)
     }
 
-    /// Records one generated token (it grows the request's KV cache).
-    pub fn record_token(&self) {
+    /// Records one generated token (it grows the request's KV cache); `decode_step` is how
+    /// long it took when it was not the request's first token (which is the time to first
+    /// token, not an inter-token latency).
+    pub fn record_token(&self, decode_step: Option<Duration>) {
         let mut state = self.engine.lock();
         if let Some(running) = state.running.get_mut(&self.id) {
             running.tokens += 1;
             state.totals.completion_tokens_total += 1;
+            if let Some(step) = decode_step {
+                state.totals.inter_token_latency.observe(step.as_secs_f64());
+            }
         }
     }
 
@@ -496,13 +542,29 @@ mod tests {
         });
         seq.admitted().await;
         assert!((engine.snapshot().kv_cache_usage - 0.01).abs() < 1e-9);
-        seq.record_token();
+        seq.record_token(None);
         assert!((engine.snapshot().kv_cache_usage - 0.02).abs() < 1e-9);
         seq.finish();
         let snap = engine.snapshot();
         assert_eq!(snap.kv_cache_usage, 0.0);
         assert_eq!(snap.totals.request_success_total, 1);
         assert_eq!(snap.totals.completion_tokens_total, 1);
+    }
+
+    #[tokio::test]
+    async fn decode_steps_feed_the_inter_token_latency_histogram() {
+        let engine = engine(8, 2);
+        let seq = engine.submit(Job::default());
+        seq.admitted().await;
+        seq.record_token(None);
+        assert_eq!(engine.snapshot().totals.inter_token_latency.count, 0);
+        seq.record_token(Some(Duration::from_millis(30)));
+        seq.record_token(Some(Duration::from_millis(120)));
+        let itl = engine.snapshot().totals.inter_token_latency;
+        assert_eq!(itl.count, 2);
+        assert!((itl.sum - 0.15).abs() < 1e-9);
+        // Cumulative: bounds 0.01, 0.025 hold none; 0.05 … 0.1 one; 0.15 and up both.
+        assert_eq!(itl.buckets, [0, 0, 1, 1, 1, 2, 2, 2, 2, 2]);
     }
 
     #[test]

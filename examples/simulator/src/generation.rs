@@ -40,15 +40,16 @@ impl Generation {
     /// Waits for and returns the next output token, or `None` when all are out.
     pub async fn next_token(&mut self) -> Option<&'static str> {
         let sequence = self.sequence.as_ref()?;
-        let delay = if self.produced == 0 {
+        let (delay, decode_step) = if self.produced == 0 {
             let admission = sequence.admitted().await;
             self.cached_tokens = admission.cached_tokens;
-            admission.ttft
+            (admission.ttft, None)
         } else {
-            sequence.itl()
+            let itl = sequence.itl();
+            (itl, Some(itl))
         };
         tokio::time::sleep(delay).await;
-        sequence.record_token();
+        sequence.record_token(decode_step);
         let token = tokens::output_token(self.id, self.produced);
         self.produced += 1;
         if self.is_done() {

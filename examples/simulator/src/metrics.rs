@@ -6,7 +6,7 @@ use std::fmt::{Display, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{EngineConfig, Snapshot};
+use crate::engine::{EngineConfig, Histogram, Snapshot, ITL_BUCKETS_S};
 use crate::errors::ApiError;
 
 /// Content type of the exposition.
@@ -64,6 +64,8 @@ struct Names {
     request_success: &'static str,
     prompt_tokens: &'static str,
     generation_tokens: &'static str,
+    /// The inter-token-latency histogram.
+    inter_token_latency: &'static str,
 }
 
 impl MetricNames {
@@ -81,6 +83,7 @@ impl MetricNames {
                 request_success: "vllm:request_success_total",
                 prompt_tokens: "vllm:prompt_tokens_total",
                 generation_tokens: "vllm:generation_tokens_total",
+                inter_token_latency: "vllm:inter_token_latency_seconds",
             },
             MetricNames::Sglang => Names {
                 running: "sglang:num_running_reqs",
@@ -94,6 +97,7 @@ impl MetricNames {
                 request_success: "sglang:num_requests_total",
                 prompt_tokens: "sglang:prompt_tokens_total",
                 generation_tokens: "sglang:generation_tokens_total",
+                inter_token_latency: "sglang:inter_token_latency_seconds",
             },
         }
     }
@@ -206,8 +210,31 @@ impl Exposition<'_> {
             "Number of generation tokens processed.",
             totals.completion_tokens_total,
         );
+        histogram(
+            &mut out,
+            names.inter_token_latency,
+            "Histogram of inter-token latency in seconds.",
+            &model,
+            &totals.inter_token_latency,
+        );
         out
     }
+}
+
+/// Appends one histogram family: its cumulative buckets, sum and count.
+fn histogram(out: &mut String, name: &str, help: &str, labels: &str, values: &Histogram) {
+    // Writing to a String cannot fail.
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (bound, count) in ITL_BUCKETS_S.iter().zip(values.buckets) {
+        let le = if bound.is_finite() {
+            bound.to_string()
+        } else {
+            "+Inf".to_string()
+        };
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {count}");
+    }
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", values.sum);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", values.count);
 }
 
 /// Appends one single-sample metric family.
@@ -264,6 +291,11 @@ mod tests {
                 completion_tokens_total: 40,
                 request_success_total: 4,
                 lora_loads_total: 1,
+                inter_token_latency: Histogram {
+                    buckets: [0, 0, 1, 2, 2, 2, 2, 2, 2, 2],
+                    sum: 0.08,
+                    count: 2,
+                },
             },
         }
     }
@@ -297,6 +329,12 @@ mod tests {
             "vllm:request_success_total{model_name=\"m\"} 4",
             "vllm:prompt_tokens_total{model_name=\"m\"} 100",
             "vllm:generation_tokens_total{model_name=\"m\"} 40",
+            "# TYPE vllm:inter_token_latency_seconds histogram",
+            "vllm:inter_token_latency_seconds_bucket{model_name=\"m\",le=\"0.025\"} 0",
+            "vllm:inter_token_latency_seconds_bucket{model_name=\"m\",le=\"0.05\"} 1",
+            "vllm:inter_token_latency_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 2",
+            "vllm:inter_token_latency_seconds_sum{model_name=\"m\"} 0.08",
+            "vllm:inter_token_latency_seconds_count{model_name=\"m\"} 2",
         ] {
             assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
         }

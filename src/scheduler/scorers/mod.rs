@@ -2,6 +2,7 @@
 //! `TYPE`. Each returns one raw score per candidate; the scheduler clamps and weights them.
 
 pub mod active_request_scorer;
+pub mod expected_delay_scorer;
 pub mod kv_cache_utilization_scorer;
 pub mod load_aware_scorer;
 pub mod lora_affinity_scorer;
@@ -23,6 +24,7 @@ pub fn score(spec: &ScorerSpec, input: &ScoringInput<'_>) -> Vec<f64> {
         ScorerSpec::LoraAffinity => lora_affinity_scorer::score(input),
         ScorerSpec::RunningRequestsSize => running_requests_size_scorer::score(input),
         ScorerSpec::LoadAware(params) => load_aware_scorer::score(params, input),
+        ScorerSpec::ExpectedDelay => expected_delay_scorer::score(input),
         ScorerSpec::SessionAffinity(_) => session_affinity_scorer::score(input),
     }
 }

@@ -1,0 +1,267 @@
+//! `expected-delay-scorer` (not an upstream plugin): prefers the endpoint where a new request
+//! is expected to reach its first token soonest, on a fleet whose servers run at different
+//! speeds.
+//!
+//! A model server runs up to a batch limit of requests at once and queues the rest, so a new
+//! request's delay has two regimes. While the server has room, it starts at once and its delay
+//! is its prefill, which grows with its prompt and scales with the server's speed (plus a
+//! little for the batch it joins). Once the server is full, it also waits for the requests
+//! queued before it to get a slot, each about one request's decode time divided by the batch
+//! limit. In units of the server's time per output token:
+//!
+//! `delay = speed × (prefill + BATCH_COST × load / limit + QUEUED_COST × max(0, load + 1 − limit))`
+//!
+//! - `prefill`: [`BASE_COST`] plus the prompt's bytes the server must prefill over
+//!   [`PROMPT_BYTES_PER_TOKEN_TIME`]: all of them, less the share of the prompt's blocks the
+//!   prefix index says the server holds (when the profile has a prefix-cache scorer). So a long
+//!   prompt goes where it is prefilled fastest or is cached, and a short one may take a slow
+//!   server's free slot;
+//! - `speed`: the controller's moving mean of the server's inter-token-latency histogram
+//!   ([`Metrics::decode_ms_per_token`](crate::snapshot::Metrics::decode_ms_per_token)); a
+//!   server without one is taken at the mean of the candidates that have one (all equal when
+//!   none has);
+//! - `load`: the larger of this proxy's requests in flight there (counted by every worker,
+//!   current to the request) and the server's own running plus waiting requests (from the last
+//!   scrape, which also counts other proxies' and clients' requests);
+//! - `limit`: the most requests the server has been seen running at once
+//!   ([`Metrics::peak_running_requests`](crate::snapshot::Metrics::peak_running_requests)), at
+//!   least 1. Until a server has been full it is an underestimate, which only spreads load
+//!   earlier; a server sent past it runs more if it can, which raises it.
+//!
+//! So the fast servers fill first, a slower one takes requests when the fast ones would make
+//! them queue, and queues, once every server has one, grow in proportion to each server's
+//! speed. Count-based scorers (queue, active requests) cannot tell a slow server from a fast
+//! one until its queue has grown. Score: the smallest expected delay over this one's (the best
+//! candidate scores 1, one expected to take twice as long 0.5).
+//!
+//! Per request: one pass over the candidates, no host call.
+
+use crate::scheduler::ScoringInput;
+
+/// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
+pub const TYPE: &str = "expected-delay-scorer";
+
+/// The fixed part of a request's time to first token, in output-token times.
+const BASE_COST: f64 = 0.25;
+
+/// Prompt bytes a server prefills in about one output token's time: about 256 tokens (at
+/// about 4 bytes each), as an engine on one GPU prefills 10–20 thousand tokens a second
+/// while a decode step takes 10–25 ms.
+const PROMPT_BYTES_PER_TOKEN_TIME: f64 = 1024.0;
+
+/// What joining a full batch adds, in output-token times (a model server's step slows by a few
+/// per cent per running request).
+const BATCH_COST: f64 = 0.5;
+
+/// What each request queued ahead adds, in output-token times: about its decode (tens to
+/// hundreds of tokens) spread over the batch limit's slots (tens to hundreds). Lower than the
+/// benchmark's servers would give (32–48 tokens over 8 slots), because a request sent away
+/// from where its prompt is cached also costs the fleet a prefill and evicts other prompts,
+/// which this request's own delay does not show: at 8, the shared-prefix benchmark's hit rate
+/// near saturation fell from about 70 % to 45–55 %.
+const QUEUED_COST: f64 = 4.0;
+
+/// One score per candidate.
+pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
+    let (known_sum, known) = input
+        .endpoints
+        .iter()
+        .map(|e| e.metrics.decode_ms_per_token)
+        .filter(|ms| ms.is_finite() && *ms > 0.0)
+        .fold((0.0, 0u32), |(sum, n), ms| (sum + ms, n + 1));
+    let fallback = if known == 0 {
+        1.0
+    } else {
+        known_sum / f64::from(known)
+    };
+    let prompt_cost = input.request.prompt.len() as f64 / PROMPT_BYTES_PER_TOKEN_TIME;
+    let per_block = input
+        .prefix
+        .filter(|p| p.blocks.total > 0)
+        .map(|p| (p, 1.0 / p.blocks.total as f64));
+    let delays: Vec<f64> = input
+        .endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let metrics = &e.metrics;
+            let in_flight = input.in_flight.get(i).copied().unwrap_or(0);
+            let reported = metrics
+                .running_requests_size
+                .saturating_add(metrics.waiting_queue_size);
+            let load = in_flight.max(reported) as f64;
+            let limit = metrics.peak_running_requests.max(1) as f64;
+            let queued = (load + 1.0 - limit).max(0.0);
+            let ms = metrics.decode_ms_per_token;
+            let speed = if ms.is_finite() && ms > 0.0 {
+                ms
+            } else {
+                fallback
+            };
+            let cached = per_block.map_or(0.0, |(p, per_block)| {
+                (p.matched_blocks.get(i).copied().unwrap_or(0) as f64 * per_block).min(1.0)
+            });
+            let prefill = BASE_COST + prompt_cost * (1.0 - cached);
+            speed * (prefill + BATCH_COST * load / limit + QUEUED_COST * queued)
+        })
+        .collect();
+    let best = delays.iter().copied().fold(f64::INFINITY, f64::min);
+    delays.into_iter().map(|d| best / d).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::test_support::{endpoint, input};
+    use crate::scheduler::Request;
+    use crate::snapshot::Endpoint;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    /// An endpoint with `running` requests at `ms` per output token and a batch limit of 8.
+    fn server(i: u8, running: u64, ms: f64) -> Endpoint {
+        let mut e = endpoint(i, 0, 0.0);
+        e.metrics.running_requests_size = running;
+        e.metrics.decode_ms_per_token = ms;
+        e.metrics.peak_running_requests = 8;
+        e
+    }
+
+    /// A 768-byte prompt: prefill 0.25 + 0.75 = 1 output-token time.
+    const PROMPT: [u8; 768] = [b'x'; 768];
+
+    fn scores(endpoints: &[Endpoint], in_flight: &[u64]) -> Vec<f64> {
+        scores_for(&PROMPT, endpoints, in_flight)
+    }
+
+    fn scores_for(prompt: &[u8], endpoints: &[Endpoint], in_flight: &[u64]) -> Vec<f64> {
+        let refs: Vec<_> = endpoints.iter().collect();
+        let request = Request {
+            prompt,
+            ..Request::default()
+        };
+        score(&ScoringInput {
+            in_flight,
+            ..input(&refs, &request)
+        })
+    }
+
+    fn delays_ratio(scores: &[f64]) -> f64 {
+        scores[1] / scores[0]
+    }
+
+    #[test]
+    fn fast_servers_fill_before_a_slow_one_takes_requests() {
+        // Idle: the 4× slower server expects 4× the delay.
+        let fleet = [server(1, 0, 25.0), server(2, 0, 100.0)];
+        assert_eq!(scores(&fleet, &[]), [1.0, 0.25]);
+        // 7 running of 8 on the fast one: 25 × (1 + 0.5 × 7/8) ≈ 36 < 100.
+        let fleet = [server(1, 7, 25.0), server(2, 0, 100.0)];
+        let s = scores(&fleet, &[]);
+        assert_eq!(s[0], 1.0);
+        assert!((s[1] - 25.0 * (1.0 + 0.5 * 7.0 / 8.0) / 100.0).abs() < 1e-12);
+        // Full (8 running): a new request would queue, 25 × (1 + 0.5 + 4) = 137.5 > 100.
+        let fleet = [server(1, 8, 25.0), server(2, 0, 100.0)];
+        let s = scores(&fleet, &[]);
+        assert_eq!(s[1], 1.0);
+        assert!((s[0] - 100.0 / 137.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_long_prompt_queues_on_a_fast_server_rather_than_prefill_on_a_slow_one() {
+        let fleet = [server(1, 8, 25.0), server(2, 0, 100.0)];
+        // 12 KB: 25 × (0.25 + 12 + 0.5 + 4) = 418.75 against 100 × 12.25 = 1225.
+        let long = vec![b'x'; 12 * 1024];
+        let s = scores_for(&long, &fleet, &[]);
+        assert_eq!(s[0], 1.0);
+        assert!((s[1] - 418.75 / 1225.0).abs() < 1e-12);
+        // A short one takes the slow server's free slot.
+        assert_eq!(scores(&fleet, &[])[1], 1.0);
+    }
+
+    #[test]
+    fn a_cached_prompt_saves_its_prefill() {
+        use crate::scheduler::prefix::{PrefixMatch, PromptBlocks};
+        // 8 KB, all 4 blocks cached on the first server (which is full), none on the second.
+        let prompt = vec![b'x'; 8 * 1024];
+        let prefix = PrefixMatch {
+            blocks: PromptBlocks {
+                total: 4,
+                hashes: vec![1, 2, 3, 4],
+            },
+            matched_blocks: vec![4, 0],
+            block_size_tokens: 512,
+        };
+        let fleet = [server(1, 8, 25.0), server(2, 4, 25.0)];
+        let refs: Vec<_> = fleet.iter().collect();
+        let request = Request {
+            prompt: &prompt,
+            ..Request::default()
+        };
+        let s = score(&ScoringInput {
+            prefix: Some(&prefix),
+            ..input(&refs, &request)
+        });
+        // Cached: 0.25 + 0 + 0.5 + 4 (one queued) = 4.75 beats not cached, with room:
+        // 0.25 + 8 + 0.25 = 8.5.
+        assert_eq!(s[0], 1.0);
+        assert!((s[1] - 4.75 / 8.5).abs() < 1e-12, "{s:?}");
+        // Half cached on the first: 0.25 + 4 + 0.5 + 4 = 8.75.
+        let half = PrefixMatch {
+            matched_blocks: vec![2, 0],
+            ..prefix
+        };
+        let s = score(&ScoringInput {
+            prefix: Some(&half),
+            ..input(&refs, &request)
+        });
+        assert!((s[0] - 8.5 / 8.75).abs() < 1e-12, "{s:?}");
+    }
+
+    #[test]
+    fn once_all_queue_queues_follow_speed() {
+        // Both full; the fast one has 4 queued ahead of a new request, the 4× slower one 1.
+        let fleet = [server(1, 11, 25.0), server(2, 8, 100.0)];
+        let s = scores(&fleet, &[]);
+        let fast = 25.0 * (1.0 + 0.5 * 11.0 / 8.0 + 4.0 * 4.0);
+        let slow = 100.0 * (1.0 + 0.5 + 4.0);
+        assert!((delays_ratio(&s) - fast / slow).abs() < 1e-12, "{s:?}");
+    }
+
+    #[test]
+    fn load_is_the_larger_of_in_flight_and_reported() {
+        let fleet = [server(1, 1, 10.0), server(2, 1, 10.0)];
+        // This proxy knows of 9 in flight on the first (one queued past the limit of 8); its
+        // scrape said 1.
+        let s = scores(&fleet, &[9, 0]);
+        assert_eq!(s[1], 1.0);
+        assert!(
+            (s[0] - 10.0 * (1.0 + 0.5 / 8.0) / (10.0 * (1.0 + 0.5 * 9.0 / 8.0 + 8.0))).abs()
+                < 1e-12
+        );
+        // Another proxy's requests: the second reports 8 running and 2 waiting while this
+        // proxy has none there.
+        let mut busy = server(2, 8, 10.0);
+        busy.metrics.waiting_queue_size = 2;
+        let fleet = [server(1, 1, 10.0), busy];
+        let s = scores(&fleet, &[1, 0]);
+        assert_eq!(s[0], 1.0);
+        assert!(s[1] < 0.1, "{s:?}");
+    }
+
+    #[test]
+    fn unknown_speeds_and_limits_have_defaults() {
+        // Unknown speed (0) is taken at the mean of 20 and 60 = 40.
+        let fleet = [server(1, 0, 20.0), server(2, 0, 60.0), server(3, 0, 0.0)];
+        assert_eq!(scores(&fleet, &[]), [1.0, 20.0 / 60.0, 0.5]);
+        // No speed and no limit known: every request beyond the first counts as queued, so
+        // this is in-flight balancing.
+        let mut fleet = [server(1, 0, 0.0), server(2, 0, 0.0)];
+        for e in &mut fleet {
+            e.metrics.peak_running_requests = 0;
+        }
+        let s = scores(&fleet, &[1, 3]);
+        assert_eq!(s[0], 1.0);
+        assert!((s[1] - (1.0 + 0.5 + 4.0) / (1.0 + 1.5 + 12.0)).abs() < 1e-12);
+    }
+}
