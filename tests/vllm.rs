@@ -226,6 +226,25 @@ fn the_controller_reads_the_real_servers() {
         assert_eq!(metrics["num_gpu_blocks"], 64, "{server}: {metrics}");
         assert!(metrics["kv_cache_usage"].is_number(), "{metrics}");
         assert!(metrics["waiting_queue_size"].is_number(), "{metrics}");
+        // Tokens decoded between two scrapes give its decode speed, from vLLM's
+        // `vllm:inter_token_latency_seconds` histogram (which the request above made sure
+        // exists before this one).
+        let reply = post(
+            &format!("http://{server}/v1/completions"),
+            &completion_body(MODEL, "hello", 4).to_string(),
+            &[],
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let decode_ms = || {
+            front.metrics_of(&server)["decode_ms_per_token"]
+                .as_f64()
+                .unwrap_or(0.0)
+        };
+        assert!(
+            wait_until(SEE, || decode_ms() > 0.0),
+            "{server}: no decode speed: {}",
+            front.metrics_of(&server)
+        );
     }
     let reply = front.post("/v1/completions", &completion_body(MODEL, "hello", 4));
     assert_eq!(reply.status, 200, "{}", reply.body);
