@@ -79,7 +79,7 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
         .prefix
         .filter(|p| p.blocks.total > 0)
         .map(|p| (p, 1.0 / p.blocks.total as f64));
-    let delays: Vec<f64> = input
+    let mut scores: Vec<f64> = input
         .endpoints
         .iter()
         .enumerate()
@@ -105,8 +105,12 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
             speed * (prefill + BATCH_COST * load / limit + QUEUED_COST * queued)
         })
         .collect();
-    let best = delays.iter().copied().fold(f64::INFINITY, f64::min);
-    delays.into_iter().map(|d| best / d).collect()
+    // The delays become scores in place: one allocation per request, as every scorer's.
+    let best = scores.iter().copied().fold(f64::INFINITY, f64::min);
+    for score in &mut scores {
+        *score = best / *score;
+    }
+    scores
 }
 
 #[cfg(test)]
