@@ -67,6 +67,12 @@ pub struct Cli {
     #[arg(long, default_value_t = 0.05, value_parser = non_negative)]
     pub batch_slowdown: f64,
 
+    /// Run prefill and decode on one device: prefills queue one after another, and each
+    /// decode step also waits for the prefill work admitted since the request's last token
+    /// (off: prefills overlap and slow nobody else down).
+    #[arg(long)]
+    pub prefill_stalls_decode: bool,
+
     /// Multiplier on every latency (2.0 = a server twice as slow).
     #[arg(long, default_value_t = 1.0, value_parser = non_negative)]
     pub time_scale: f64,
@@ -100,6 +106,7 @@ impl Cli {
                 lora_load_ms: self.lora_load_ms,
                 time_scale: self.time_scale,
             },
+            prefill_stalls_decode: self.prefill_stalls_decode,
         }
     }
 }
@@ -126,6 +133,7 @@ mod tests {
         assert_eq!((config.max_num_seqs, config.max_loras), (8, 2));
         assert_eq!((config.block_size, config.num_gpu_blocks), (16, 2048));
         assert_eq!(config.latency.itl_ms, 4.0);
+        assert!(!config.prefill_stalls_decode);
     }
 
     #[test]

@@ -12,6 +12,14 @@
 //! running and would exceed `max_loras` distinct running adapters is skipped
 //! (it keeps its place) and requests behind it may go first, as vLLM's
 //! scheduler does.
+//!
+//! With [`EngineConfig::prefill_stalls_decode`] the engine computes prefill and
+//! decode on one device, as a GPU does: prefills run one after another (a request
+//! admitted behind others waits for their prefill before its own), and every
+//! decode step also pays for the prefill work admitted since the request's
+//! previous token, as vLLM's steps that mix prefill chunks with decodes take
+//! longer. A prefix-cache miss then costs the whole batch, not only its own
+//! request. Off, each prefill runs beside the others and costs nobody else.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -19,6 +27,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::latency::LatencyModel;
 use crate::prefix_cache::PrefixCache;
@@ -36,6 +45,9 @@ pub struct EngineConfig {
     pub num_gpu_blocks: u64,
     /// Timing of prefill and decode.
     pub latency: LatencyModel,
+    /// Whether prefills serialize and stall the running requests' decode steps (see the
+    /// module documentation).
+    pub prefill_stalls_decode: bool,
 }
 
 /// One request as the engine sees it.
@@ -149,6 +161,10 @@ struct State {
     loaded_adapters: Vec<String>,
     prefix_cache: PrefixCache,
     totals: Totals,
+    /// When the last prefill admitted so far completes (with `prefill_stalls_decode`).
+    prefill_busy_until: Instant,
+    /// All prefill time admitted so far (with `prefill_stalls_decode`; zero otherwise).
+    prefill_work: Duration,
 }
 
 #[derive(Debug)]
@@ -164,6 +180,9 @@ struct Running {
     /// Prompt plus generated tokens, i.e. the KV cache it holds.
     tokens: u64,
     admission: Admission,
+    /// [`State::prefill_work`] when this request last produced a token or was admitted: the
+    /// prefill work since then delays its next decode step.
+    prefill_seen: Duration,
 }
 
 impl Engine {
@@ -178,6 +197,8 @@ impl Engine {
                 loaded_adapters: Vec::new(),
                 prefix_cache: PrefixCache::new(capacity),
                 totals: Totals::default(),
+                prefill_busy_until: Instant::now(),
+                prefill_work: Duration::ZERO,
             }),
             config,
         })
@@ -283,13 +304,20 @@ impl State {
             .adapter
             .as_ref()
             .is_some_and(|a| self.load_adapter(a, config.max_loras));
+        let prefill = config
+            .latency
+            .prefill(job.prompt_tokens - cached_tokens, self.running.len());
+        let prefill = if config.prefill_stalls_decode {
+            self.queue_prefill(prefill)
+        } else {
+            prefill
+        };
         let admission = Admission {
             cached_tokens,
-            ttft: config.latency.ttft(
-                job.prompt_tokens - cached_tokens,
-                self.running.len(),
-                lora_load,
-            ),
+            ttft: config
+                .latency
+                .ttft_overhead(lora_load)
+                .saturating_add(prefill),
         };
         self.totals.prompt_tokens_total += job.prompt_tokens;
         self.totals.cached_prompt_tokens_total += cached_tokens;
@@ -300,9 +328,23 @@ impl State {
                 adapter: job.adapter,
                 tokens: job.prompt_tokens,
                 admission,
+                prefill_seen: self.prefill_work,
             },
         );
         admitted.notify_one();
+    }
+
+    /// Queues a prefill of `duration` behind the ones already admitted; returns how long
+    /// from now until it completes.
+    fn queue_prefill(&mut self, duration: Duration) -> Duration {
+        let now = Instant::now();
+        let start = self.prefill_busy_until.max(now);
+        let Some(end) = start.checked_add(duration) else {
+            return duration; // absurd durations: no queueing rather than a panic
+        };
+        self.prefill_busy_until = end;
+        self.prefill_work = self.prefill_work.saturating_add(duration);
+        end - now
     }
 
     /// Puts `adapter` in a LoRA slot; returns whether it had to be loaded.
@@ -365,10 +407,16 @@ impl Sequence {
         }
     }
 
-    /// The duration of the next decode step, given the batch right now.
+    /// The duration of the next decode step, given the batch right now, plus (with
+    /// `prefill_stalls_decode`) the prefill work admitted since this request's last token.
     pub fn itl(&self) -> Duration {
-        let others = self.engine.lock().running.len().saturating_sub(1);
-        self.engine.config.latency.itl(others)
+        let mut state = self.engine.lock();
+        let others = state.running.len().saturating_sub(1);
+        let work = state.prefill_work;
+        let stall = state.running.get_mut(&self.id).map_or(Duration::ZERO, |r| {
+            work.saturating_sub(std::mem::replace(&mut r.prefill_seen, work))
+        });
+        self.engine.config.latency.itl(others).saturating_add(stall)
     }
 
     /// Records one generated token (it grows the request's KV cache); `decode_step` is how
@@ -423,7 +471,23 @@ mod tests {
                 lora_load_ms: 20.0,
                 time_scale: 1.0,
             },
+            prefill_stalls_decode: false,
         })
+    }
+
+    fn stalling_engine() -> Arc<Engine> {
+        let plain = engine(8, 2);
+        Engine::new(EngineConfig {
+            prefill_stalls_decode: true,
+            ..plain.config().clone()
+        })
+    }
+
+    fn prompt(tokens: u64) -> Job {
+        Job {
+            prompt_tokens: tokens,
+            ..Job::default()
+        }
     }
 
     fn lora(name: &str) -> Job {
@@ -565,6 +629,51 @@ mod tests {
         assert!((itl.sum - 0.15).abs() < 1e-9);
         // Cumulative: bounds 0.01, 0.025 hold none; 0.05 … 0.1 one; 0.15 and up both.
         assert_eq!(itl.buckets, [0, 0, 1, 1, 1, 2, 2, 2, 2, 2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stalling_prefills_run_one_after_another() {
+        let engine = stalling_engine();
+        // Alone: 5 + 0.02 × 1000 = 25 ms.
+        let a = engine.submit(prompt(1000));
+        assert_ms(a.admitted().await.ttft, 25.0);
+        // Next to `a`: its own prefill is 0.02 × 1000 × 1.05 = 21 ms, after a's 20 ms.
+        let b = engine.submit(prompt(1000));
+        assert_ms(b.admitted().await.ttft, 5.0 + 20.0 + 21.0);
+        // Once both are done, a new prefill waits for nobody.
+        tokio::time::advance(Duration::from_millis(41)).await;
+        let c = engine.submit(prompt(500));
+        assert_ms(c.admitted().await.ttft, 5.0 + 10.0 * 1.1);
+        drop((a, b, c));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalling_prefill_delays_the_next_decode_step_once() {
+        let engine = stalling_engine();
+        let a = engine.submit(prompt(0));
+        a.admitted().await;
+        assert_ms(a.itl(), 4.0);
+        let b = engine.submit(prompt(1000)); // 0.02 × 1000 × 1.05 = 21 ms of prefill
+        b.admitted().await;
+        // a's next step: 4 × 1.05 for the batch, plus b's prefill; the step after, no stall.
+        assert_ms(a.itl(), 4.2 + 21.0);
+        assert_ms(a.itl(), 4.2);
+        // b's own prefill does not stall b.
+        assert_ms(b.itl(), 4.2);
+        drop((a, b));
+    }
+
+    #[tokio::test]
+    async fn without_the_stall_prefills_overlap_and_cost_nobody_else() {
+        let engine = engine(8, 2);
+        let a = engine.submit(prompt(0));
+        a.admitted().await;
+        let b = engine.submit(prompt(1000));
+        assert_ms(b.admitted().await.ttft, 5.0 + 21.0);
+        let c = engine.submit(prompt(1000));
+        assert_ms(c.admitted().await.ttft, 5.0 + 22.0);
+        assert_ms(a.itl(), 4.0 * 1.1);
+        drop((a, b, c));
     }
 
     #[test]

@@ -99,6 +99,7 @@ mod tests {
                 lora_load_ms: 0.0,
                 time_scale: 1.0,
             },
+            prefill_stalls_decode: false,
         });
         let job = Job {
             prompt_tokens: 20,

@@ -24,16 +24,19 @@ pub struct LatencyModel {
 }
 
 impl LatencyModel {
-    /// Time to first token of a request admitted next to `others_running`
-    /// requests, with `uncached_tokens` prompt tokens to prefill.
-    ///
-    /// `ttft_base + prefill_per_token × uncached × (1 + slowdown × others)`,
-    /// plus `lora_load` when the adapter was not loaded, all times `time_scale`.
-    pub fn ttft(&self, uncached_tokens: u64, others_running: usize, lora_load: bool) -> Duration {
-        let prefill =
-            self.prefill_ms_per_token * uncached_tokens as f64 * self.batch_factor(others_running);
+    /// Prefill time of `uncached_tokens` prompt tokens next to `others_running` requests:
+    /// `prefill_per_token × uncached × (1 + slowdown × others)`, times `time_scale`.
+    pub fn prefill(&self, uncached_tokens: u64, others_running: usize) -> Duration {
+        self.scaled(
+            self.prefill_ms_per_token * uncached_tokens as f64 * self.batch_factor(others_running),
+        )
+    }
+
+    /// The part of the time to first token that is not prefill: the base, plus the adapter
+    /// load when `lora_load`, times `time_scale`.
+    pub fn ttft_overhead(&self, lora_load: bool) -> Duration {
         let load = if lora_load { self.lora_load_ms } else { 0.0 };
-        self.scaled(self.ttft_base_ms + prefill + load)
+        self.scaled(self.ttft_base_ms + load)
     }
 
     /// Time of one decode step while `others_running` other requests share the batch.
@@ -65,6 +68,10 @@ mod tests {
         }
     }
 
+    fn ttft(m: &LatencyModel, uncached: u64, others: usize, lora_load: bool) -> Duration {
+        m.ttft_overhead(lora_load) + m.prefill(uncached, others)
+    }
+
     fn ms(d: Duration) -> f64 {
         d.as_secs_f64() * 1000.0
     }
@@ -73,11 +80,11 @@ mod tests {
     fn ttft_follows_the_formula() {
         let m = model();
         // 5 + 0.02 × 1000 × (1 + 0.05 × 4) = 5 + 24 = 29 ms.
-        assert!((ms(m.ttft(1000, 4, false)) - 29.0).abs() < 1e-6);
+        assert!((ms(ttft(&m, 1000, 4, false)) - 29.0).abs() < 1e-6);
         // Alone, no prompt: just the base.
-        assert!((ms(m.ttft(0, 0, false)) - 5.0).abs() < 1e-6);
+        assert!((ms(ttft(&m, 0, 0, false)) - 5.0).abs() < 1e-6);
         // Loading an adapter adds its cost.
-        assert!((ms(m.ttft(0, 0, true)) - 25.0).abs() < 1e-6);
+        assert!((ms(ttft(&m, 0, 0, true)) - 25.0).abs() < 1e-6);
     }
 
     #[test]
@@ -94,7 +101,7 @@ mod tests {
             time_scale: 2.0,
             ..model()
         };
-        assert!((ms(slow.ttft(1000, 4, true)) - 2.0 * 49.0).abs() < 1e-6);
+        assert!((ms(ttft(&slow, 1000, 4, true)) - 2.0 * 49.0).abs() < 1e-6);
         assert!((ms(slow.itl(10)) - 12.0).abs() < 1e-6);
     }
 

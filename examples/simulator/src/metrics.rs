@@ -274,6 +274,7 @@ mod tests {
                 lora_load_ms: 20.0,
                 time_scale: 1.0,
             },
+            prefill_stalls_decode: false,
         }
     }
 
