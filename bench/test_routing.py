@@ -41,20 +41,24 @@ class GoodputTest(unittest.TestCase):
         self.assertEqual(routing.goodput(steps, 1000)["rate"], 10)
 
 
+# The shared-prefix workload's comparison step (between 8 and 32 requests/s).
+CMP = next(w.compare_rate for w in routing.WORKLOADS if w.key == "shared_prefix")
+
+
 class GoodputRatiosTest(unittest.TestCase):
     def results(self) -> dict:
-        slow = [step(8, 300, 200), step(28, 2000, 600), step(32, 4000, 650)]
-        fast = [step(8, 250, 200), step(28, 500, 700), step(32, 1500, 750)]
-        mid = [step(8, 250, 200), step(28, 800, 680), step(32, 1800, 700)]
+        slow = [step(8, 300, 200), step(CMP, 2000, 600), step(32, 4000, 650)]
+        fast = [step(8, 250, 200), step(CMP, 500, 700), step(32, 1500, 750)]
+        mid = [step(8, 250, 200), step(CMP, 800, 680), step(32, 1800, 700)]
         return {"shared_prefix": {"round_robin": slow, "sglang_cache_aware": mid,
                                   "sglang_power_of_two": slow, "epp_default": mid,
                                   "epp_tuned": fast}}
 
     def test_the_shipped_profile_against_round_robin_and_the_best_peer(self) -> None:
         out = routing.ratios(self.results())
-        rr = 8 + 20 * (1000 - 300) / (2000 - 300)
-        tuned = 28 + 4 * (1000 - 500) / (1500 - 500)
-        sglang = 28 + 4 * (1000 - 800) / (1800 - 800)
+        rr = 8 + (CMP - 8) * (1000 - 300) / (2000 - 300)
+        tuned = CMP + (32 - CMP) * (1000 - 500) / (1500 - 500)
+        sglang = CMP + (32 - CMP) * (1000 - 800) / (1800 - 800)
         self.assertAlmostEqual(out["goodput_epp_over_roundrobin"], tuned / rr)
         self.assertAlmostEqual(out["goodput_epp_over_sglang"], tuned / sglang)
         self.assertAlmostEqual(out["shared_prefix_goodput_epp_over_best_peer"], tuned / sglang)

@@ -49,9 +49,12 @@ const BASE_COST: f64 = 0.25;
 /// while a decode step takes 10–25 ms.
 const PROMPT_BYTES_PER_TOKEN_TIME: f64 = 1024.0;
 
-/// What joining a full batch adds, in output-token times (a model server's step slows by a few
-/// per cent per running request).
-const BATCH_COST: f64 = 0.5;
+/// What joining a full batch adds, in output-token times: a model server's step slows by a few
+/// per cent per running request, and a request that joins a busy batch also waits for the
+/// prefills admitted just before it. At 0.5 the fast servers of the benchmark's heterogeneous
+/// fleet ran full batches before the slower ones got work, and its goodput was 8.4 requests/s
+/// (twice) against 9.0 at 2.0, with the shared-prefix goodput unchanged (24.1 and 24.6).
+const BATCH_COST: f64 = 2.0;
 
 /// What each request queued ahead adds, in output-token times: about its decode (tens to
 /// hundreds of tokens) spread over the batch limit's slots (tens to hundreds). Lower than the
@@ -159,26 +162,26 @@ mod tests {
         // Idle: the 4× slower server expects 4× the delay.
         let fleet = [server(1, 0, 25.0), server(2, 0, 100.0)];
         assert_eq!(scores(&fleet, &[]), [1.0, 0.25]);
-        // 7 running of 8 on the fast one: 25 × (1 + 0.5 × 7/8) ≈ 36 < 100.
+        // 7 running of 8 on the fast one: 25 × (1 + 2 × 7/8) = 68.75 < 100.
         let fleet = [server(1, 7, 25.0), server(2, 0, 100.0)];
         let s = scores(&fleet, &[]);
         assert_eq!(s[0], 1.0);
-        assert!((s[1] - 25.0 * (1.0 + 0.5 * 7.0 / 8.0) / 100.0).abs() < 1e-12);
-        // Full (8 running): a new request would queue, 25 × (1 + 0.5 + 4) = 137.5 > 100.
+        assert!((s[1] - 68.75 / 100.0).abs() < 1e-12);
+        // Full (8 running): a new request would queue, 25 × (1 + 2 + 4) = 175 > 100.
         let fleet = [server(1, 8, 25.0), server(2, 0, 100.0)];
         let s = scores(&fleet, &[]);
         assert_eq!(s[1], 1.0);
-        assert!((s[0] - 100.0 / 137.5).abs() < 1e-12);
+        assert!((s[0] - 100.0 / 175.0).abs() < 1e-12);
     }
 
     #[test]
     fn a_long_prompt_queues_on_a_fast_server_rather_than_prefill_on_a_slow_one() {
         let fleet = [server(1, 8, 25.0), server(2, 0, 100.0)];
-        // 12 KB: 25 × (0.25 + 12 + 0.5 + 4) = 418.75 against 100 × 12.25 = 1225.
+        // 12 KB: 25 × (0.25 + 12 + 2 + 4) = 456.25 against 100 × 12.25 = 1225.
         let long = vec![b'x'; 12 * 1024];
         let s = scores_for(&long, &fleet, &[]);
         assert_eq!(s[0], 1.0);
-        assert!((s[1] - 418.75 / 1225.0).abs() < 1e-12);
+        assert!((s[1] - 456.25 / 1225.0).abs() < 1e-12);
         // A short one takes the slow server's free slot.
         assert_eq!(scores(&fleet, &[])[1], 1.0);
     }
@@ -206,11 +209,11 @@ mod tests {
             prefix: Some(&prefix),
             ..input(&refs, &request)
         });
-        // Cached: 0.25 + 0 + 0.5 + 4 (one queued) = 4.75 beats not cached, with room:
-        // 0.25 + 8 + 0.25 = 8.5.
+        // Cached: 0.25 + 0 + 2 + 4 (one queued) = 6.25 beats not cached, with room:
+        // 0.25 + 8 + 2 × 4/8 = 9.25.
         assert_eq!(s[0], 1.0);
-        assert!((s[1] - 4.75 / 8.5).abs() < 1e-12, "{s:?}");
-        // Half cached on the first: 0.25 + 4 + 0.5 + 4 = 8.75.
+        assert!((s[1] - 6.25 / 9.25).abs() < 1e-12, "{s:?}");
+        // Half cached on the first: 0.25 + 4 + 2 + 4 = 10.25.
         let half = PrefixMatch {
             matched_blocks: vec![2, 0],
             ..prefix
@@ -219,7 +222,7 @@ mod tests {
             prefix: Some(&half),
             ..input(&refs, &request)
         });
-        assert!((s[0] - 8.5 / 8.75).abs() < 1e-12, "{s:?}");
+        assert!((s[0] - 9.25 / 10.25).abs() < 1e-12, "{s:?}");
     }
 
     #[test]
@@ -227,8 +230,8 @@ mod tests {
         // Both full; the fast one has 4 queued ahead of a new request, the 4× slower one 1.
         let fleet = [server(1, 11, 25.0), server(2, 8, 100.0)];
         let s = scores(&fleet, &[]);
-        let fast = 25.0 * (1.0 + 0.5 * 11.0 / 8.0 + 4.0 * 4.0);
-        let slow = 100.0 * (1.0 + 0.5 + 4.0);
+        let fast = 25.0 * (1.0 + 2.0 * 11.0 / 8.0 + 4.0 * 4.0);
+        let slow = 100.0 * (1.0 + 2.0 + 4.0);
         assert!((delays_ratio(&s) - fast / slow).abs() < 1e-12, "{s:?}");
     }
 
@@ -240,7 +243,7 @@ mod tests {
         let s = scores(&fleet, &[9, 0]);
         assert_eq!(s[1], 1.0);
         assert!(
-            (s[0] - 10.0 * (1.0 + 0.5 / 8.0) / (10.0 * (1.0 + 0.5 * 9.0 / 8.0 + 8.0))).abs()
+            (s[0] - 10.0 * (1.0 + 2.0 / 8.0) / (10.0 * (1.0 + 2.0 * 9.0 / 8.0 + 8.0))).abs()
                 < 1e-12
         );
         // Another proxy's requests: the second reports 8 running and 2 waiting while this
@@ -266,6 +269,6 @@ mod tests {
         }
         let s = scores(&fleet, &[1, 3]);
         assert_eq!(s[0], 1.0);
-        assert!((s[1] - (1.0 + 0.5 + 4.0) / (1.0 + 1.5 + 12.0)).abs() < 1e-12);
+        assert!((s[1] - (1.0 + 2.0 + 4.0) / (1.0 + 6.0 + 12.0)).abs() < 1e-12);
     }
 }
