@@ -404,6 +404,13 @@ def markdown(results: dict, figures: dict[str, str], section_ratios: dict[str, f
 policy gets freshly started simulators (cold caches) and then the same requests at each offered
 rate in turn, for {step_seconds(quick):g} s per rate.
 
+The servers compute prefill and decode on one device (`--prefill-stalls-decode`): a prefill
+waits for the prefills admitted before it and holds up every running request's next token, as
+on a GPU without prefill/decode disaggregation, so a prefix-cache miss slows the whole server
+down. (Runs before 2026-12-06 let prefills overlap for free; a miss then cost only its own
+request and round-robin's shared-prefix goodput came within 10 % of the cache-aware
+policies'.)
+
 The peers are the routers a self-hosting team would pick instead, each from PyPI in its own
 venv, serving the same simulators by URL: `sglang-router` {peers.PEERS["sglang"].version} (the
 SGLang model gateway, Rust) and its fork `vllm-router` {peers.PEERS["vllm"].version}. Neither

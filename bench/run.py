@@ -17,6 +17,7 @@ status is 1 when a section failed (the others still run and are reported).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import shutil
@@ -355,6 +356,12 @@ def main() -> int:
         if unknown:
             parser.error(f"unknown section(s) {', '.join(unknown)}; "
                          f"choose from {', '.join(SECTIONS)}")
+    if importlib.util.find_spec("matplotlib") is None:
+        # Every section plots after it has measured: without this check a run loses its
+        # results (an hour for `routing`) at the end.
+        parser.error("matplotlib is not installed in this Python; run the benchmark through "
+                     "`make bench` / `make bench-quick` (they install it into .venv) or "
+                     "`.venv/bin/pip install matplotlib`")
     partial = args.quick or args.only
     name = "quick" if args.quick else ("-".join(keys) if args.only else "")
     out = common.REPO / ".run" / f"bench-{name}" if partial else common.REPO / "docs"
