@@ -43,8 +43,8 @@ SIM_ARGS = ["--max-num-seqs", "8", "--ttft-base-ms", "10", "--prefill-ms-per-tok
             "--prefill-stalls-decode"]
 # Timeouts that every step's slowest request stays under, even past saturation.
 REQUEST_TIMEOUT_S = 120
-# The profile wasm-epp ships for mixed traffic on unequal servers: the default profile plus
-# LoRA affinity and the expected-delay scorer.
+# The profile wasm-epp ships for mixed traffic on unequal servers: prefix-cache and LoRA
+# affinity with the expected-delay scorer as its load signal (the file says why).
 TUNED_CONFIG = (common.REPO / "examples" / "profiles" / "prefix-lora-delay.yaml").read_text()
 
 

@@ -52,8 +52,10 @@ const PROMPT_BYTES_PER_TOKEN_TIME: f64 = 1024.0;
 /// What joining a full batch adds, in output-token times: a model server's step slows by a few
 /// per cent per running request, and a request that joins a busy batch also waits for the
 /// prefills admitted just before it. At 0.5 the fast servers of the benchmark's heterogeneous
-/// fleet ran full batches before the slower ones got work, and its goodput was 8.4 requests/s
-/// (twice) against 9.0 at 2.0, with the shared-prefix goodput unchanged (24.1 and 24.6).
+/// fleet ran full batches before the slower ones got work; its goodput was 8.4 requests/s
+/// (twice) against 9.0 at 2.0 in 15 s-step runs, with the shared-prefix goodput unchanged
+/// (24.1 and 24.6). A later full routing run at 2.0 gave 8.4 again: the gain is within this
+/// VM's run-to-run spread, and 4.0 gave 8.6.
 const BATCH_COST: f64 = 2.0;
 
 /// What each request queued ahead adds, in output-token times: about its decode (tens to
