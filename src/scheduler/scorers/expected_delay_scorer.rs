@@ -23,10 +23,14 @@
 //! - `load`: the larger of this proxy's requests in flight there (counted by every worker,
 //!   current to the request) and the server's own running plus waiting requests (from the last
 //!   scrape, which also counts other proxies' and clients' requests);
-//! - `limit`: the most requests the server has been seen running at once
+//! - `limit`: the most requests any candidate has been seen running at once
 //!   ([`Metrics::peak_running_requests`](crate::snapshot::Metrics::peak_running_requests)), at
-//!   least 1. Until a server has been full it is an underestimate, which only spreads load
-//!   earlier; a server sent past it runs more if it can, which raises it.
+//!   least 1. The servers of one pool run one engine configuration, so they share a batch
+//!   limit while their speeds differ. Each server's own peak would undercount the limit of
+//!   every server that has not yet been full, and the slowest ones, which get the fewest
+//!   requests, would look full at a peak of one or two and be starved while the fast ones
+//!   queue. Until some server has been full the fleet's peak is an underestimate too, which
+//!   only spreads load earlier; a server sent past it runs more if it can, which raises it.
 //!
 //! So the fast servers fill first, a slower one takes requests when the fast ones would make
 //! them queue, and queues, once every server has one, grow in proportion to each server's
@@ -68,12 +72,21 @@ const QUEUED_COST: f64 = 4.0;
 
 /// One score per candidate.
 pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
-    let (known_sum, known) = input
-        .endpoints
-        .iter()
-        .map(|e| e.metrics.decode_ms_per_token)
-        .filter(|ms| ms.is_finite() && *ms > 0.0)
-        .fold((0.0, 0u32), |(sum, n), ms| (sum + ms, n + 1));
+    let (known_sum, known, peak) =
+        input
+            .endpoints
+            .iter()
+            .map(|e| &e.metrics)
+            .fold((0.0, 0u32, 1u64), |(sum, n, peak), m| {
+                let peak = peak.max(m.peak_running_requests);
+                let ms = m.decode_ms_per_token;
+                if ms.is_finite() && ms > 0.0 {
+                    (sum + ms, n + 1, peak)
+                } else {
+                    (sum, n, peak)
+                }
+            });
+    let limit = peak as f64;
     let fallback = if known == 0 {
         1.0
     } else {
@@ -95,7 +108,6 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
                 .running_requests_size
                 .saturating_add(metrics.waiting_queue_size);
             let load = in_flight.max(reported) as f64;
-            let limit = metrics.peak_running_requests.max(1) as f64;
             let queued = (load + 1.0 - limit).max(0.0);
             let ms = metrics.decode_ms_per_token;
             let speed = if ms.is_finite() && ms > 0.0 {
@@ -256,6 +268,28 @@ mod tests {
         let s = scores(&fleet, &[1, 0]);
         assert_eq!(s[0], 1.0);
         assert!(s[1] < 0.1, "{s:?}");
+    }
+
+    #[test]
+    fn a_server_never_seen_full_shares_the_fleets_batch_limit() {
+        // The 4× slower server has run at most one request at once (it got little traffic);
+        // the fast one has run 8 and has 7 now. Counted against its own peak of 1, the slow
+        // server with one running would look full (100 × (1 + 2 + 4) = 700 against
+        // 25 × (1 + 2 × 7/8) = 68.75) and the fast one would take the request into its last
+        // slot; against the fleet's 8 it has room: 100 × (1 + 2/8) = 125.
+        let mut slow = server(2, 1, 100.0);
+        slow.metrics.peak_running_requests = 1;
+        let fleet = [server(1, 7, 25.0), slow];
+        let s = scores(&fleet, &[]);
+        assert_eq!(s[0], 1.0);
+        assert!((s[1] - 68.75 / 125.0).abs() < 1e-12, "{s:?}");
+        // Full, the fast one would queue it (25 × (1 + 2 + 4) = 175): the slow one takes it.
+        let mut slow = server(2, 1, 100.0);
+        slow.metrics.peak_running_requests = 1;
+        let fleet = [server(1, 8, 25.0), slow];
+        let s = scores(&fleet, &[]);
+        assert_eq!(s[1], 1.0);
+        assert!((s[0] - 125.0 / 175.0).abs() < 1e-12, "{s:?}");
     }
 
     #[test]
