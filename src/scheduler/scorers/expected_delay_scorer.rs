@@ -41,6 +41,7 @@
 //! Per request: one pass over the candidates, no host call.
 
 use crate::scheduler::ScoringInput;
+use crate::snapshot::Metrics;
 
 /// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
 pub const TYPE: &str = "expected-delay-scorer";
@@ -79,11 +80,9 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
             .map(|e| &e.metrics)
             .fold((0.0, 0u32, 1u64), |(sum, n, peak), m| {
                 let peak = peak.max(m.peak_running_requests);
-                let ms = m.decode_ms_per_token;
-                if ms.is_finite() && ms > 0.0 {
-                    (sum + ms, n + 1, peak)
-                } else {
-                    (sum, n, peak)
+                match measured_speed(m) {
+                    Some(ms) => (sum + ms, n + 1, peak),
+                    None => (sum, n, peak),
                 }
             });
     let limit = peak as f64;
@@ -109,12 +108,7 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
                 .saturating_add(metrics.waiting_queue_size);
             let load = in_flight.max(reported) as f64;
             let queued = (load + 1.0 - limit).max(0.0);
-            let ms = metrics.decode_ms_per_token;
-            let speed = if ms.is_finite() && ms > 0.0 {
-                ms
-            } else {
-                fallback
-            };
+            let speed = measured_speed(metrics).unwrap_or(fallback);
             let cached = per_block.map_or(0.0, |(p, per_block)| {
                 (p.matched_blocks.get(i).copied().unwrap_or(0) as f64 * per_block).min(1.0)
             });
@@ -128,6 +122,12 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
         *score = best / *score;
     }
     scores
+}
+
+/// The server's moving mean time per output token, when the controller has measured one.
+fn measured_speed(metrics: &Metrics) -> Option<f64> {
+    let ms = metrics.decode_ms_per_token;
+    (ms.is_finite() && ms > 0.0).then_some(ms)
 }
 
 #[cfg(test)]
@@ -277,16 +277,17 @@ mod tests {
         // server with one running would look full (100 × (1 + 2 + 4) = 700 against
         // 25 × (1 + 2 × 7/8) = 68.75) and the fast one would take the request into its last
         // slot; against the fleet's 8 it has room: 100 × (1 + 2/8) = 125.
-        let mut slow = server(2, 1, 100.0);
-        slow.metrics.peak_running_requests = 1;
-        let fleet = [server(1, 7, 25.0), slow];
+        let slow = || {
+            let mut e = server(2, 1, 100.0);
+            e.metrics.peak_running_requests = 1;
+            e
+        };
+        let fleet = [server(1, 7, 25.0), slow()];
         let s = scores(&fleet, &[]);
         assert_eq!(s[0], 1.0);
         assert!((s[1] - 68.75 / 125.0).abs() < 1e-12, "{s:?}");
         // Full, the fast one would queue it (25 × (1 + 2 + 4) = 175): the slow one takes it.
-        let mut slow = server(2, 1, 100.0);
-        slow.metrics.peak_running_requests = 1;
-        let fleet = [server(1, 8, 25.0), slow];
+        let fleet = [server(1, 8, 25.0), slow()];
         let s = scores(&fleet, &[]);
         assert_eq!(s[1], 1.0);
         assert!((s[0] - 125.0 / 175.0).abs() < 1e-12, "{s:?}");
