@@ -41,6 +41,23 @@ class GoodputTest(unittest.TestCase):
         self.assertEqual(routing.goodput(steps, 1000)["rate"], 10)
 
 
+class MedianStepTest(unittest.TestCase):
+    def test_keeps_the_run_with_the_median_p90_and_lists_every_run(self) -> None:
+        runs = [step(12, 300, 500), step(12, 250, 510), step(12, 420, 490)]
+        chosen = routing.median_step(runs)
+        self.assertEqual(chosen["output_tokens_per_s"], 500)
+        self.assertEqual(chosen["repeats_ttft_p90_ms"], [300, 250, 420])
+        self.assertNotIn("repeats_ttft_p90_ms", runs[0], "the runs are left as they were")
+
+    def test_a_run_without_answers_counts_as_the_slowest(self) -> None:
+        runs = [step(12, math.nan, 0, ok=0), step(12, 250, 510), step(12, 300, 500)]
+        self.assertEqual(routing.median_step(runs)["output_tokens_per_s"], 500)
+
+    def test_a_single_run_is_kept_as_it_is(self) -> None:
+        run = step(12, 300, 500)
+        self.assertEqual(routing.median_step([run]), run)
+
+
 # The shared-prefix workload's comparison step (between 8 and 32 requests/s).
 CMP = next(w.compare_rate for w in routing.WORKLOADS if w.key == "shared_prefix")
 
