@@ -334,7 +334,7 @@ impl Director {
             .session_token
             .and_then(session_affinity_scorer::decode)
             .or_else(|| bound.as_ref().map(|(endpoint, _)| endpoint.clone()));
-        let counts: Vec<u64> = if uses(snapshot, |s| matches!(s, ScorerSpec::ActiveRequest(_))) {
+        let counts: Vec<u64> = if uses(snapshot, ScorerSpec::reads_in_flight) {
             endpoints.iter().map(|e| in_flight(e)).collect()
         } else {
             Vec::new()
@@ -628,6 +628,36 @@ mod tests {
             scorer: ScorerSpec::ActiveRequest(ActiveRequestParams::default()),
         }];
         let busy_first = |e: &Endpoint| if e.address == "10.0.0.1" { 5 } else { 0 };
+        for seed in 0..10 {
+            let out = Director::new(seed).decide(
+                Some(&s),
+                &FilterConfig::default(),
+                &completion(),
+                busy_first,
+                &mut PrefixIndex::new(4),
+                None,
+            );
+            assert_eq!(route(out).primary, "10.0.0.2:8000");
+        }
+    }
+
+    #[test]
+    fn in_flight_counts_feed_the_expected_delay_scorer() {
+        // Both scraped idle and equally fast; this proxy has since sent the first one more
+        // requests than it has ever run at once, which only the in-flight count shows.
+        let servers = [1, 2].map(|i| {
+            let mut e = endpoint(i, 0, 0.0);
+            e.metrics.decode_ms_per_token = 25.0;
+            e.metrics.peak_running_requests = 4;
+            e
+        });
+        let mut s = snapshot(servers.to_vec());
+        s.profile.scorers = vec![WeightedScorer {
+            name: "expected-delay-scorer".into(),
+            weight: 1.0,
+            scorer: ScorerSpec::ExpectedDelay,
+        }];
+        let busy_first = |e: &Endpoint| if e.address == "10.0.0.1" { 6 } else { 0 };
         for seed in 0..10 {
             let out = Director::new(seed).decide(
                 Some(&s),

@@ -163,9 +163,21 @@ pub enum ScorerSpec {
     /// token, or by its session id), 0 for the others.
     #[serde(rename = "session-affinity-scorer")]
     SessionAffinity(SessionAffinityParams),
-    /// `expected-delay-scorer` (ours): least `(load + 1) × measured time per output token`.
+    /// `expected-delay-scorer` (ours): least expected time to first token, from each server's
+    /// measured speed, its load against the batch limit and the prompt's uncached part.
     #[serde(rename = "expected-delay-scorer")]
     ExpectedDelay,
+}
+
+impl ScorerSpec {
+    /// Whether the scorer reads this proxy's requests in flight per endpoint, which the
+    /// director gathers for it (two in-memory map lookups per endpoint, no host call).
+    pub fn reads_in_flight(&self) -> bool {
+        matches!(
+            self,
+            ScorerSpec::ActiveRequest(_) | ScorerSpec::ExpectedDelay
+        )
+    }
 }
 
 /// Parameters of `session-affinity-scorer`.
