@@ -438,7 +438,9 @@ def _repeats_text(quick: bool) -> str:
     if runs == 1:
         return "once each"
     return (f"once each except the comparison step, which runs {runs} times in a row (the "
-            "run with the median TTFT p90 is kept)")
+            "run with the median TTFT p90 is kept; the n-th run gets the same requests under "
+            "every policy, and no run repeats another's prompts, so runs differ in their mix "
+            "of lengths as well as in this VM's noise)")
 
 
 def markdown(results: dict, figures: dict[str, str], section_ratios: dict[str, float],
