@@ -131,9 +131,9 @@ def step_seconds(quick: bool) -> float:
 
 
 def compare_repeats(quick: bool) -> int:
-    """How often each policy runs its workload's comparison step. A TTFT p90 near saturation
-    swings by ±10 % from run to run on a shared 2-core VM; the step kept is the run with the
-    median p90, so one unlucky run decides no ratio."""
+    """How often each policy runs its workload's comparison step. A 20 s step's TTFT p90 near
+    saturation differed by up to 4.7× between consecutive runs on this 2-core VM; the step
+    kept is the run with the median p90, so one unlucky run decides no ratio."""
     return 1 if quick else 3
 
 
