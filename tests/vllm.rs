@@ -24,6 +24,9 @@ const MODEL: &str = "tiny";
 /// How long a test waits for the controller to see a server-side change.
 const SEE: Duration = Duration::from_secs(20);
 
+/// The most a long background generation (1,500 tokens on a CPU) may take.
+const LONG_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// The two servers, from `WASM_EPP_VLLM`.
 fn servers() -> Vec<String> {
     let list = std::env::var("WASM_EPP_VLLM")
@@ -434,13 +437,14 @@ fn lora_requests_follow_the_adapter_a_server_is_running() {
         // A long request for the adapter straight to one server makes it that server's running
         // adapter, as vLLM's `vllm:lora_requests_info` reports.
         let (target, prompt) = (server.clone(), format!("{} {adapter}", fresh_tag()));
+        // 1,500 tokens on a CPU can outlast the usual 15 s request limit.
         let long = thread::spawn(move || {
-            post(
+            post_within(
                 &format!("http://{target}/v1/completions"),
                 &completion_body(adapter, &prompt, 1_500).to_string(),
                 &[],
+                LONG_REQUEST_TIMEOUT,
             )
-            .status
         });
         assert!(
             wait_until(SEE, || front.metrics_of(&server)["active_models"]
@@ -473,7 +477,8 @@ fn lora_requests_follow_the_adapter_a_server_is_running() {
             assert_eq!(reply.status, 200, "{}", reply.body);
             assert_eq!(picked(&reply), server, "{adapter} request {i}");
         }
-        assert_eq!(long.join().unwrap(), 200);
+        let long = long.join().unwrap();
+        assert_eq!(long.status, 200, "{}", long.body);
     }
 }
 

@@ -163,10 +163,17 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// How long one test request may take, connect to last byte.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
 fn agent() -> ureq::Agent {
+    agent_within(REQUEST_TIMEOUT)
+}
+
+fn agent_within(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(15)))
+        .timeout_global(Some(timeout))
         .build()
         .into()
 }
@@ -211,7 +218,15 @@ fn reply(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Reply
 
 /// POSTs `body` to `url` with extra headers.
 pub fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut request = agent().post(url).header("content-type", "application/json");
+    post_within(url, body, headers, REQUEST_TIMEOUT)
+}
+
+/// [`post`] for a request that may legitimately run longer than the usual limit (a long
+/// generation on a real server), still bounded by `timeout`.
+pub fn post_within(url: &str, body: &str, headers: &[(&str, &str)], timeout: Duration) -> Reply {
+    let mut request = agent_within(timeout)
+        .post(url)
+        .header("content-type", "application/json");
     for (k, v) in headers {
         request = request.header(*k, *v);
     }
