@@ -6,7 +6,7 @@ each policy in turn: Envoy round-robin and least-request, wasm-epp with the defa
 with the profile it ships for this traffic, and the routers a team would run instead (the SGLang
 model gateway `sglang-router` and its fork `vllm-router`, from PyPI, see `bench/peers.py`).
 Each workload is offered at stepped open-loop rates, from light load to past what the fleet
-sustains; the simulators are restarted before each policy, so every policy starts with cold
+sustains (from the comparison step on, a policy stops at its first step beyond the SLO); the simulators are restarted before each policy, so every policy starts with cold
 caches and sees the same requests at the same rates: one seed, and each rate step continues
 the numbering of the step before (same prefix groups and adapters, no prompt repeated). One
 workload runs on a heterogeneous fleet (servers 1×, 1×, 2× and 4× slower).
@@ -217,9 +217,11 @@ def measure(ctx: common.Ctx) -> dict:
                 sims = common.start_sims(ctx, procs, SIMS, SIM_ARGS, _sim_scales(workload),
                                          prefix="server")
                 envoy, started = _start_policy(ctx, procs, policy, sims)
-                steps = []
+                steps: list[dict] = []
                 sent = 0
                 for rate in rates:
+                    if climb_done(workload, steps):
+                        break
                     runs = compare_repeats(ctx.quick) if rate == workload.compare_rate else 1
                     repeats = []
                     for attempt in range(runs):
@@ -235,6 +237,24 @@ def measure(ctx: common.Ctx) -> dict:
                 results[workload.key][policy.key] = steps
                 procs.stop(started)
     return results
+
+
+def within_slo(step: dict, slo_ms: float) -> bool:
+    """Whether every request of `step` was answered with its TTFT p90 within `slo_ms` (a NaN
+    p90, no answers, is not)."""
+    return step["ok"] == step["requests"] and _q(step, "ttft_ms", "p90") <= slo_ms
+
+
+def climb_done(workload: Workload, steps: list[dict]) -> bool:
+    """Whether a policy runs no more of `workload`'s rates after `steps`: its last step, at or
+    past the comparison step, was beyond the SLO. Its goodput is then bounded (by that first
+    step beyond) and every ratio's step has run; a higher rate would only overload it further,
+    and draining those backlogs (up to a minute per step) took about 30 % of a full run."""
+    if not steps:
+        return False
+    last = steps[-1]
+    return (last["rate"] >= (workload.compare_rate or 0.0)
+            and not within_slo(last, workload.slo_ttft_p90_ms))
 
 
 def median_step(repeats: list[dict]) -> dict:
@@ -265,7 +285,7 @@ def goodput(steps: list[dict], slo_ms: float) -> dict:
     for step in sorted(steps, key=lambda s: s["rate"]):
         p90 = _q(step, "ttft_ms", "p90")
         answered = step["ok"] == step["requests"]
-        if answered and p90 <= slo_ms:
+        if within_slo(step, slo_ms):
             within = step
             continue
         if within is None:
@@ -449,7 +469,9 @@ def markdown(results: dict, figures: dict[str, str], section_ratios: dict[str, f
     parts = [f"""\
 {SIMS} simulators, each `{' '.join(SIM_ARGS)}` (plus a `--time-scale` per workload). Every
 policy gets freshly started simulators (cold caches) and then the same requests at each offered
-rate in turn, for {step_seconds(quick):g} s per rate, {_repeats_text(quick)}.
+rate in turn, for {step_seconds(quick):g} s per rate, {_repeats_text(quick)}. From the
+comparison step on, a policy stops at its first rate beyond the SLO: that step bounds its
+goodput, and a higher rate would only overload it further.
 
 The servers compute prefill and decode on one device (`--prefill-stalls-decode`): a prefill
 waits for the prefills admitted before it and holds up every running request's next token, as

@@ -60,6 +60,24 @@ class MedianStepTest(unittest.TestCase):
 
 # The shared-prefix workload's comparison step (between 8 and 32 requests/s).
 CMP = next(w.compare_rate for w in routing.WORKLOADS if w.key == "shared_prefix")
+SHARED = next(w for w in routing.WORKLOADS if w.key == "shared_prefix")
+
+
+class ClimbTest(unittest.TestCase):
+    def test_a_step_beyond_the_slo_before_the_comparison_step_does_not_stop_it(self) -> None:
+        self.assertFalse(routing.climb_done(SHARED, []))
+        self.assertFalse(routing.climb_done(SHARED, [step(8, 5000, 100)]))
+
+    def test_the_first_step_beyond_the_slo_from_the_comparison_step_on_stops_it(self) -> None:
+        self.assertTrue(routing.climb_done(SHARED, [step(8, 300, 100), step(CMP, 1200, 500)]))
+        self.assertTrue(routing.climb_done(SHARED, [step(CMP, 300, 500),
+                                                    step(CMP + 4, 400, 500, ok=1)]))
+        self.assertTrue(routing.climb_done(SHARED, [step(CMP, math.nan, 0, ok=0)]))
+
+    def test_a_policy_within_the_slo_climbs_on(self) -> None:
+        self.assertFalse(routing.climb_done(SHARED, [step(CMP, 900, 500)]))
+        self.assertFalse(routing.climb_done(SHARED, [step(CMP, 900, 500),
+                                                     step(CMP + 4, 1000, 550)]))
 
 
 class GoodputRatiosTest(unittest.TestCase):
