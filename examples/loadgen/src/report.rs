@@ -38,6 +38,9 @@ pub struct InstanceCount {
     pub count: u32,
     /// `count` over all responses received, in 0..=1.
     pub share: f64,
+    /// Time to first content chunk of its OK streamed responses, in ms: where a policy's
+    /// slow first tokens come from.
+    pub ttft_ms: Option<Percentiles>,
 }
 
 /// The numbers of one run.
@@ -77,7 +80,8 @@ impl Report {
         let mut output_tokens = 0;
         let mut latencies = Vec::new();
         let mut ttfts = Vec::new();
-        let mut per_instance: BTreeMap<&str, u32> = BTreeMap::new();
+        // Per instance: responses, and the time to first token of its OK ones.
+        let mut per_instance: BTreeMap<&str, (u32, Vec<f64>)> = BTreeMap::new();
         for outcome in &result.outcomes {
             let response = match outcome {
                 Ok(response) => response,
@@ -86,9 +90,10 @@ impl Report {
                     continue;
                 }
             };
-            *per_instance
+            let instance = per_instance
                 .entry(response.instance.as_deref().unwrap_or(NO_INSTANCE))
-                .or_default() += 1;
+                .or_default();
+            instance.0 += 1;
             if !(200..300).contains(&response.status) {
                 *errors.entry(response.status.to_string()).or_default() += 1;
                 continue;
@@ -96,15 +101,19 @@ impl Report {
             ok += 1;
             output_tokens += response.completion_tokens.unwrap_or(0);
             latencies.push(millis(response.latency));
-            ttfts.extend(response.ttft.map(millis));
+            if let Some(ttft) = response.ttft.map(millis) {
+                ttfts.push(ttft);
+                instance.1.push(ttft);
+            }
         }
-        let responses: u32 = per_instance.values().sum();
+        let responses: u32 = per_instance.values().map(|(count, _)| count).sum();
         let mut instances: Vec<InstanceCount> = per_instance
             .into_iter()
-            .map(|(name, count)| InstanceCount {
+            .map(|(name, (count, ttfts))| InstanceCount {
                 name: name.to_string(),
                 count,
                 share: f64::from(count) / f64::from(responses),
+                ttft_ms: Percentiles::of(ttfts),
             })
             .collect();
         instances.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
@@ -315,6 +324,16 @@ mod tests {
             .collect();
         assert_eq!(names, [("sim-a", 2), ("sim-b", 2), (NO_INSTANCE, 1)]);
         assert_eq!(r.instances[0].share, 0.4);
+        // Each instance's time to first token counts its OK responses only.
+        assert_eq!(r.instances[0].ttft_ms.map(|p| p.p99), Some(6.0));
+        assert_eq!(
+            r.instances[1].ttft_ms,
+            Some(Percentiles {
+                p50: 4.0,
+                p90: 4.0,
+                p99: 4.0
+            })
+        );
     }
 
     #[test]
@@ -361,6 +380,7 @@ sim-b          2   40.0%
         assert_eq!(json["latency_ms"]["p50"], 20.0);
         assert_eq!(json["instances"][0]["name"], "sim-a");
         assert_eq!(json["instances"][0]["count"], 2);
+        assert!(json["instances"][0]["ttft_ms"]["p90"].is_number());
         assert!(json["rate"].is_null());
     }
 
