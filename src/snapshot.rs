@@ -175,6 +175,11 @@ pub struct Metrics {
     /// The most requests the controller has seen the server run at once: once the server has
     /// been full, its batch limit (`--max-num-seqs`, or fewer when the KV cache binds first).
     pub peak_running_requests: u64,
+    /// The mean length of the server's requests, in output tokens: the controller's moving mean
+    /// over its histogram of generated tokens per finished request
+    /// (`vllm:request_generation_tokens`). 0 while unknown (no request finished yet, or an
+    /// engine that reports no such histogram).
+    pub output_tokens_per_request: f64,
     /// LoRA adapters running (`running_lora_adapters` of `vllm:lora_requests_info`).
     pub active_models: Vec<String>,
     /// LoRA adapters waiting (`waiting_lora_adapters`).

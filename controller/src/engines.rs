@@ -208,6 +208,9 @@ pub struct Engine {
     /// Inter-token-latency histograms (their `_sum` and `_count` series are read), for the
     /// server's measured decode speed; several series are summed.
     pub inter_token_latency: Vec<Selector>,
+    /// Histograms of output tokens per finished request (`_sum` and `_count` read), for the
+    /// mean length of the server's requests; several series are summed.
+    pub request_output_tokens: Vec<Selector>,
 }
 
 impl Engine {
@@ -225,6 +228,7 @@ impl Engine {
             .chain(
                 self.inter_token_latency
                     .iter()
+                    .chain(&self.request_output_tokens)
                     .flat_map(|s| [s.suffixed("_sum").name, s.suffixed("_count").name]),
             )
             .collect();
@@ -259,6 +263,7 @@ pub fn built_in() -> Vec<Engine> {
                 "vllm:inter_token_latency_seconds",
                 "vllm:time_per_output_token_seconds",
             ]),
+            request_output_tokens: list(&["vllm:request_generation_tokens"]),
         },
         Engine {
             name: "sglang".into(),
@@ -272,6 +277,7 @@ pub fn built_in() -> Vec<Engine> {
                 "sglang:inter_token_latency_seconds",
                 "sglang:time_per_output_token_seconds",
             ]),
+            request_output_tokens: Vec::new(),
         },
         Engine {
             name: "trtllm-serve".into(),
@@ -282,6 +288,7 @@ pub fn built_in() -> Vec<Engine> {
             block_size: value("trtllm_kv_cache_tokens_per_block"),
             num_blocks: value("trtllm_kv_cache_max_blocks"),
             inter_token_latency: Vec::new(),
+            request_output_tokens: Vec::new(),
         },
         Engine {
             name: "triton-tensorrt-llm".into(),
@@ -292,6 +299,7 @@ pub fn built_in() -> Vec<Engine> {
             block_size: value(&format!("{trt}{{kv_cache_block_type=\"tokens_per\"}}")),
             num_blocks: value(&format!("{trt}{{kv_cache_block_type=\"max\"}}")),
             inter_token_latency: Vec::new(),
+            request_output_tokens: Vec::new(),
         },
         Engine {
             name: "triton".into(),
@@ -302,6 +310,7 @@ pub fn built_in() -> Vec<Engine> {
             block_size: None,
             num_blocks: None,
             inter_token_latency: Vec::new(),
+            request_output_tokens: Vec::new(),
         },
     ]
 }
@@ -334,6 +343,10 @@ pub struct EngineConfig {
     /// upstream field.
     #[serde(default)]
     pub inter_token_latency_spec: String,
+    /// The histogram of output tokens per finished request (its `_sum` and `_count` series are
+    /// read); not an upstream field.
+    #[serde(default)]
+    pub request_output_tokens_spec: String,
 }
 
 impl EngineConfig {
@@ -375,6 +388,12 @@ impl EngineConfig {
             inter_token_latency: one("interTokenLatencySpec", &self.inter_token_latency_spec)?
                 .into_iter()
                 .collect(),
+            request_output_tokens: one(
+                "requestOutputTokensSpec",
+                &self.request_output_tokens_spec,
+            )?
+            .into_iter()
+            .collect(),
         })
     }
 }
@@ -556,6 +575,8 @@ mod tests {
                 "vllm:lora_requests_info",
                 "vllm:num_requests_running",
                 "vllm:num_requests_waiting",
+                "vllm:request_generation_tokens_count",
+                "vllm:request_generation_tokens_sum",
                 "vllm:time_per_output_token_seconds_count",
                 "vllm:time_per_output_token_seconds_sum",
             ]

@@ -3,18 +3,21 @@
 
 use wasm_epp::snapshot::Metrics;
 
-use crate::decode_speed::DecodeTotals;
 use crate::engines::{Engine, Field, Selector};
+use crate::moving_mean::HistogramTotals;
 use crate::prometheus::Sample;
 
-/// What one successful scrape yields: the snapshot's metrics, and the cumulative decode totals
-/// the store turns into [`Metrics::decode_ms_per_token`].
+/// What one successful scrape yields: the snapshot's metrics, and the cumulative histogram
+/// totals the store turns into [`Metrics::decode_ms_per_token`] and
+/// [`Metrics::output_tokens_per_request`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scraped {
-    /// The metrics as extracted (`decode_ms_per_token` is the store's to set).
+    /// The metrics as extracted (the measured means are the store's to set).
     pub metrics: Metrics,
     /// The inter-token-latency histogram's totals, when the server reports one.
-    pub decode: Option<DecodeTotals>,
+    pub decode: Option<HistogramTotals>,
+    /// The generation-tokens-per-request histogram's totals, when the server reports one.
+    pub output_tokens: Option<HistogramTotals>,
 }
 
 impl From<Metrics> for Scraped {
@@ -22,6 +25,7 @@ impl From<Metrics> for Scraped {
         Scraped {
             metrics,
             decode: None,
+            output_tokens: None,
         }
     }
 }
@@ -66,13 +70,18 @@ pub fn metrics(engine: &Engine, samples: &[Sample<'_>]) -> Result<Metrics, Strin
     Ok(metrics)
 }
 
-/// The cumulative `_sum` and `_count` of the engine's inter-token-latency histogram (the first
-/// one present; several series are summed), or `None` when the server reports none.
-pub fn decode_totals(engine: &Engine, samples: &[Sample<'_>]) -> Option<DecodeTotals> {
-    engine.inter_token_latency.iter().find_map(|histogram| {
-        let seconds = sum(samples, &histogram.suffixed("_sum"))?;
-        let tokens = sum(samples, &histogram.suffixed("_count"))?;
-        Some(DecodeTotals { seconds, tokens })
+/// The cumulative `_sum` and `_count` of the first of `histograms` present (several series are
+/// summed), or `None` when the server reports none: an [`Engine`]'s `inter_token_latency` or
+/// `request_output_tokens`.
+pub fn histogram_totals(
+    histograms: &[Selector],
+    samples: &[Sample<'_>],
+) -> Option<HistogramTotals> {
+    histograms.iter().find_map(|histogram| {
+        Some(HistogramTotals {
+            sum: sum(samples, &histogram.suffixed("_sum"))?,
+            count: sum(samples, &histogram.suffixed("_count"))?,
+        })
     })
 }
 
@@ -200,10 +209,11 @@ mod tests {
     }
 
     #[test]
-    fn decode_totals_read_the_first_histogram_present() {
+    fn histogram_totals_read_the_first_histogram_present() {
         let engines = Engines::default();
         let vllm = engines.get("vllm").unwrap();
-        let totals = |text: &str| decode_totals(vllm, &parse(text).unwrap());
+        let totals =
+            |text: &str| histogram_totals(&vllm.inter_token_latency, &parse(text).unwrap());
         let current = "vllm:inter_token_latency_seconds_sum{model_name=\"a\"} 1.5\n\
                        vllm:inter_token_latency_seconds_count{model_name=\"a\"} 50\n\
                        vllm:inter_token_latency_seconds_sum{model_name=\"b\"} 0.5\n\
@@ -212,23 +222,35 @@ mod tests {
                        vllm:time_per_output_token_seconds_count 1\n";
         assert_eq!(
             totals(current),
-            Some(DecodeTotals {
-                seconds: 2.0,
-                tokens: 60.0
+            Some(HistogramTotals {
+                sum: 2.0,
+                count: 60.0
             })
         );
         let older = "vllm:time_per_output_token_seconds_sum 3\n\
                      vllm:time_per_output_token_seconds_count 100\n";
         assert_eq!(
             totals(older),
-            Some(DecodeTotals {
-                seconds: 3.0,
-                tokens: 100.0
+            Some(HistogramTotals {
+                sum: 3.0,
+                count: 100.0
             })
         );
         assert_eq!(totals("vllm:num_requests_waiting 1\n"), None);
         let triton = engines.get("triton").unwrap();
-        assert_eq!(decode_totals(triton, &parse(current).unwrap()), None);
+        assert_eq!(
+            histogram_totals(&triton.inter_token_latency, &parse(current).unwrap()),
+            None
+        );
+        let lengths = "vllm:request_generation_tokens_sum{model_name=\"a\"} 640\n\
+                       vllm:request_generation_tokens_count{model_name=\"a\"} 10\n";
+        assert_eq!(
+            histogram_totals(&vllm.request_output_tokens, &parse(lengths).unwrap()),
+            Some(HistogramTotals {
+                sum: 640.0,
+                count: 10.0
+            })
+        );
     }
 
     #[test]

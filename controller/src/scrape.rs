@@ -219,7 +219,8 @@ async fn fetch(client: &HttpClient, url: &str, engine: &Engine) -> Result<Scrape
     let samples = prometheus::parse(text).map_err(|e| format!("invalid metrics: {e}"))?;
     Ok(Scraped {
         metrics: extract::metrics(engine, &samples)?,
-        decode: extract::decode_totals(engine, &samples),
+        decode: extract::histogram_totals(&engine.inter_token_latency, &samples),
+        output_tokens: extract::histogram_totals(&engine.request_output_tokens, &samples),
     })
 }
 

@@ -25,9 +25,9 @@ use tokio::time::Instant;
 use wasm_epp::scheduler::profile::{FilterSpec, Profile};
 use wasm_epp::snapshot::{Endpoint, Metrics, ModelRewrite, Snapshot};
 
-use crate::decode_speed::DecodeSpeed;
 use crate::engines::{Engine, Engines};
 use crate::extract::Scraped;
+use crate::moving_mean::MovingMean;
 
 /// A published snapshot with its encoded form.
 #[derive(Debug)]
@@ -159,6 +159,10 @@ pub enum Wait {
 /// (`--failed-scrapes-before-unready`): two, so one slow scrape never takes an endpoint out.
 pub const DEFAULT_FAILED_SCRAPES_BEFORE_UNREADY: u32 = 2;
 
+/// Milliseconds per second: the inter-token-latency histogram counts seconds, the snapshot
+/// milliseconds.
+const MS_PER_S: f64 = 1000.0;
+
 /// What a poller holds, from its `since` (and `instance`) query parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
@@ -209,8 +213,10 @@ struct Entry {
     scrapes_failed: u64,
     consecutive_failures: u32,
     scraping: bool,
-    /// The server's decode speed, from its inter-token-latency histogram.
-    decode_speed: DecodeSpeed,
+    /// The server's decode speed in ms per token, from its inter-token-latency histogram.
+    decode_speed: MovingMean,
+    /// Its requests' mean length in output tokens, from its generation-tokens histogram.
+    output_tokens: MovingMean,
 }
 
 #[derive(Debug)]
@@ -367,17 +373,24 @@ impl Store {
         entry.scraping = false;
         let was_failing = entry.last_error.is_some();
         match result {
-            Ok(Scraped { metrics, decode }) => {
-                let decode_ms_per_token = match decode {
-                    Some(totals) => entry.decode_speed.observe(totals, now_unix_ms),
-                    None => 0.0,
-                };
+            Ok(Scraped {
+                metrics,
+                decode,
+                output_tokens,
+            }) => {
+                let decode_ms_per_token = decode.map_or(0.0, |totals| {
+                    entry.decode_speed.observe(totals, now_unix_ms)
+                });
+                let output_tokens_per_request = output_tokens.map_or(0.0, |totals| {
+                    entry.output_tokens.observe(totals, now_unix_ms)
+                });
                 let peak_running_requests = metrics
                     .running_requests_size
                     .max(entry.endpoint.metrics.peak_running_requests);
                 entry.endpoint.metrics = Metrics {
                     updated_unix_ms: Some(now_unix_ms),
                     decode_ms_per_token,
+                    output_tokens_per_request,
                     peak_running_requests,
                     ..metrics
                 };
@@ -558,6 +571,7 @@ fn same_but_scrape_time(a: &Endpoint, b: &Endpoint) -> bool {
         kv_cache_usage,
         decode_ms_per_token,
         peak_running_requests,
+        output_tokens_per_request,
         active_models,
         waiting_models,
         max_active_models,
@@ -576,6 +590,7 @@ fn same_but_scrape_time(a: &Endpoint, b: &Endpoint) -> bool {
         && *kv_cache_usage == m.kv_cache_usage
         && *decode_ms_per_token == m.decode_ms_per_token
         && *peak_running_requests == m.peak_running_requests
+        && *output_tokens_per_request == m.output_tokens_per_request
         && *active_models == m.active_models
         && *waiting_models == m.waiting_models
         && *max_active_models == m.max_active_models
@@ -604,7 +619,8 @@ fn entries_from(endpoints: Vec<Endpoint>, mut previous: HashMap<EndpointKey, Ent
                     scrapes_failed: 0,
                     consecutive_failures: 0,
                     scraping: false,
-                    decode_speed: DecodeSpeed::default(),
+                    decode_speed: MovingMean::new(MS_PER_S),
+                    output_tokens: MovingMean::new(1.0),
                 },
             },
         )

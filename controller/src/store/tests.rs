@@ -1,4 +1,5 @@
 use super::*;
+use crate::moving_mean::HistogramTotals;
 
 fn endpoint(name: &str, port: u16) -> Endpoint {
     Endpoint {
@@ -372,40 +373,65 @@ async fn long_poll_returns_as_soon_as_a_change_is_published() {
     publisher.await.unwrap();
 }
 
+/// A scrape of a server with the given (sum, count) histogram totals.
+fn histograms(
+    decode: Option<(f64, f64)>,
+    output_tokens: Option<(f64, f64)>,
+) -> Result<Scraped, String> {
+    let totals = |(sum, count)| HistogramTotals { sum, count };
+    Ok(Scraped {
+        metrics: queue(0),
+        decode: decode.map(totals),
+        output_tokens: output_tokens.map(totals),
+    })
+}
+
+/// Records `scraped` for the endpoint ("a", 1) at `at`, publishes the round and returns the
+/// first endpoint's metrics as published.
+fn published_after(store: &Store, scraped: Result<Scraped, String>, at: u64) -> Metrics {
+    store.record_scrape(&key("a", 1), scraped, at);
+    store.finish_round();
+    store.current().snapshot.endpoints[0].metrics.clone()
+}
+
 #[test]
 fn decode_speed_from_the_histogram_reaches_the_snapshot() {
-    use crate::decode_speed::DecodeTotals;
     let store = Store::new(Profile::default(), vec![endpoint("a", 1)]);
-    let a = key("a", 1);
-    let scraped = |seconds: f64, tokens: f64| {
-        Ok(Scraped {
-            metrics: queue(0),
-            decode: Some(DecodeTotals { seconds, tokens }),
-        })
+    let speed = |seconds, tokens, at| {
+        published_after(&store, histograms(Some((seconds, tokens)), None), at).decode_ms_per_token
     };
-    let speed = |store: &Store| {
-        store.current().snapshot.endpoints[0]
-            .metrics
-            .decode_ms_per_token
-    };
-    store.record_scrape(&a, scraped(1.0, 10.0), 1_000);
-    store.finish_round();
-    assert_eq!(speed(&store), 0.0, "one scrape is only a baseline");
+    assert_eq!(
+        speed(1.0, 10.0, 1_000),
+        0.0,
+        "one scrape is only a baseline"
+    );
     // 1 s over 40 tokens since the baseline.
-    store.record_scrape(&a, scraped(2.0, 50.0), 2_000);
-    store.finish_round();
-    assert_eq!(speed(&store), 25.0);
+    assert_eq!(speed(2.0, 50.0, 2_000), 25.0);
     // The endpoint moving to a new label set keeps its estimate.
     let mut relabelled = endpoint("a", 1);
     relabelled.labels.insert("role".into(), "decode".into());
     store.set_endpoints(vec![relabelled]);
-    store.record_scrape(&a, scraped(2.0, 50.0), 3_000);
-    store.finish_round();
-    assert_eq!(speed(&store), 25.0);
+    assert_eq!(speed(2.0, 50.0, 3_000), 25.0);
     // A server that stops reporting the histogram has no speed.
-    store.record_scrape(&a, Ok(queue(0).into()), 4_000);
-    store.finish_round();
-    assert_eq!(speed(&store), 0.0);
+    let stopped = published_after(&store, Ok(queue(0).into()), 4_000);
+    assert_eq!(stopped.decode_ms_per_token, 0.0);
+}
+
+#[test]
+fn mean_request_length_from_the_histogram_reaches_the_snapshot() {
+    let store = Store::new(Profile::default(), vec![endpoint("a", 1)]);
+    let first = published_after(&store, histograms(None, Some((6_400.0, 100.0))), 1_000);
+    assert_eq!(
+        first.output_tokens_per_request, 0.0,
+        "one scrape is only a baseline"
+    );
+    // 4 requests of 48 tokens since the baseline (not the lifetime mean of 64).
+    let second = published_after(&store, histograms(None, Some((6_592.0, 104.0))), 2_000);
+    assert_eq!(second.output_tokens_per_request, 48.0);
+    assert_eq!(
+        second.decode_ms_per_token, 0.0,
+        "the two means are kept apart"
+    );
 }
 
 #[test]

@@ -83,6 +83,9 @@ pub struct Totals {
     pub completion_tokens_total: u64,
     /// Requests that produced all their output tokens.
     pub request_success_total: u64,
+    /// Output tokens of those requests: the `_sum` of the generated-tokens-per-request
+    /// histogram, whose `_count` is `request_success_total`.
+    pub request_generation_tokens_sum: u64,
     /// Admissions that had to load their LoRA adapter into a slot.
     pub lora_loads_total: u64,
     /// Decode steps (output tokens after each request's first), by inter-token latency.
@@ -179,6 +182,8 @@ struct Running {
     adapter: Option<String>,
     /// Prompt plus generated tokens, i.e. the KV cache it holds.
     tokens: u64,
+    /// Output tokens generated so far.
+    generated: u64,
     admission: Admission,
     /// [`State::prefill_work`] when this request last produced a token or was admitted: the
     /// prefill work since then delays its next decode step.
@@ -327,6 +332,7 @@ impl State {
             Running {
                 adapter: job.adapter,
                 tokens: job.prompt_tokens,
+                generated: 0,
                 admission,
                 prefill_seen: self.prefill_work,
             },
@@ -426,6 +432,7 @@ impl Sequence {
         let mut state = self.engine.lock();
         if let Some(running) = state.running.get_mut(&self.id) {
             running.tokens += 1;
+            running.generated += 1;
             state.totals.completion_tokens_total += 1;
             if let Some(step) = decode_step {
                 state.totals.inter_token_latency.observe(step.as_secs_f64());
@@ -442,9 +449,10 @@ impl Sequence {
 impl Drop for Sequence {
     fn drop(&mut self) {
         let mut state = self.engine.lock();
-        if state.running.remove(&self.id).is_some() {
+        if let Some(running) = state.running.remove(&self.id) {
             if self.succeeded {
                 state.totals.request_success_total += 1;
+                state.totals.request_generation_tokens_sum += running.generated;
             }
         } else {
             state.waiting.retain(|w| w.id != self.id);
@@ -613,6 +621,30 @@ mod tests {
         assert_eq!(snap.kv_cache_usage, 0.0);
         assert_eq!(snap.totals.request_success_total, 1);
         assert_eq!(snap.totals.completion_tokens_total, 1);
+    }
+
+    #[tokio::test]
+    async fn only_finished_requests_count_towards_their_generated_tokens() {
+        let engine = engine(8, 2);
+        let done = engine.submit(Job::default());
+        let cancelled = engine.submit(Job::default());
+        done.admitted().await;
+        cancelled.admitted().await;
+        for _ in 0..3 {
+            done.record_token(None);
+            cancelled.record_token(None);
+        }
+        done.finish();
+        drop(cancelled);
+        let totals = engine.snapshot().totals;
+        assert_eq!(totals.completion_tokens_total, 6);
+        assert_eq!(
+            (
+                totals.request_success_total,
+                totals.request_generation_tokens_sum
+            ),
+            (1, 3)
+        );
     }
 
     #[tokio::test]

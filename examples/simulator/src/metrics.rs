@@ -66,6 +66,8 @@ struct Names {
     generation_tokens: &'static str,
     /// The inter-token-latency histogram.
     inter_token_latency: &'static str,
+    /// The histogram of output tokens per finished request, where the engine has one.
+    request_generation_tokens: Option<&'static str>,
 }
 
 impl MetricNames {
@@ -84,6 +86,7 @@ impl MetricNames {
                 prompt_tokens: "vllm:prompt_tokens_total",
                 generation_tokens: "vllm:generation_tokens_total",
                 inter_token_latency: "vllm:inter_token_latency_seconds",
+                request_generation_tokens: Some("vllm:request_generation_tokens"),
             },
             MetricNames::Sglang => Names {
                 running: "sglang:num_running_reqs",
@@ -98,6 +101,7 @@ impl MetricNames {
                 prompt_tokens: "sglang:prompt_tokens_total",
                 generation_tokens: "sglang:generation_tokens_total",
                 inter_token_latency: "sglang:inter_token_latency_seconds",
+                request_generation_tokens: None,
             },
         }
     }
@@ -217,6 +221,19 @@ impl Exposition<'_> {
             &model,
             &totals.inter_token_latency,
         );
+        if let Some(name) = names.request_generation_tokens {
+            // Only the `+Inf` bucket: what a picker reads is the mean, `_sum` over `_count`.
+            let count = totals.request_success_total;
+            let _ = writeln!(
+                out,
+                "# HELP {name} Number of generation tokens per finished request.\n\
+                 # TYPE {name} histogram\n\
+                 {name}_bucket{{{model},le=\"+Inf\"}} {count}\n\
+                 {name}_sum{{{model}}} {}\n\
+                 {name}_count{{{model}}} {count}",
+                totals.request_generation_tokens_sum
+            );
+        }
         out
     }
 }
@@ -291,6 +308,7 @@ mod tests {
                 cached_prompt_tokens_total: 32,
                 completion_tokens_total: 40,
                 request_success_total: 4,
+                request_generation_tokens_sum: 30,
                 lora_loads_total: 1,
                 inter_token_latency: Histogram {
                     buckets: [0, 0, 1, 2, 2, 2, 2, 2, 2, 2],
@@ -336,6 +354,10 @@ mod tests {
             "vllm:inter_token_latency_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 2",
             "vllm:inter_token_latency_seconds_sum{model_name=\"m\"} 0.08",
             "vllm:inter_token_latency_seconds_count{model_name=\"m\"} 2",
+            "# TYPE vllm:request_generation_tokens histogram",
+            "vllm:request_generation_tokens_bucket{model_name=\"m\",le=\"+Inf\"} 4",
+            "vllm:request_generation_tokens_sum{model_name=\"m\"} 30",
+            "vllm:request_generation_tokens_count{model_name=\"m\"} 4",
         ] {
             assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
         }
@@ -392,6 +414,7 @@ mod tests {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
         assert!(!text.contains("vllm:"), "{text}");
+        assert!(!text.contains("generation_tokens_bucket"), "{text}");
         assert!(
             !text.contains("lora"),
             "SGLang reports no LoRA state: {text}"

@@ -9,7 +9,7 @@
 //! queued before it to get a slot, each about one request's decode time divided by the batch
 //! limit. In units of the server's time per output token:
 //!
-//! `delay = speed × (prefill + BATCH_COST × load / limit + QUEUED_COST × max(0, load + 1 − limit))`
+//! `delay = speed × (prefill + BATCH_COST × load / limit + per_queued × max(0, load + 1 − limit))`
 //!
 //! - `prefill`: [`BASE_COST`] plus the prompt's bytes the server must prefill over
 //!   [`PROMPT_BYTES_PER_TOKEN_TIME`]: all of them, less the share of the prompt's blocks the
@@ -31,6 +31,13 @@
 //!   requests, would look full at a peak of one or two and be starved while the fast ones
 //!   queue. Until some server has been full the fleet's peak is an underestimate too, which
 //!   only spreads load earlier; a server sent past it runs more if it can, which raises it.
+//! - `per_queued`: how long a queued request waits for each one ahead of it, one request's
+//!   decode shared over the limit's slots: the candidates' mean request length in output tokens
+//!   (the controller's moving mean of each server's generated tokens per finished request,
+//!   [`Metrics::output_tokens_per_request`](crate::snapshot::Metrics::output_tokens_per_request))
+//!   over `limit`; [`QUEUED_COST`] while no candidate reports one. So a fleet serving long
+//!   answers sends a request to a slower server's free slot sooner than let it queue on a fast
+//!   one, and a fleet serving short ones lets it wait where it is cached.
 //!
 //! So the fast servers fill first, a slower one takes requests when the fast ones would make
 //! them queue, and queues, once every server has one, grow in proportion to each server's
@@ -41,7 +48,6 @@
 //! Per request: one pass over the candidates, no host call.
 
 use crate::scheduler::ScoringInput;
-use crate::snapshot::Metrics;
 
 /// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
 pub const TYPE: &str = "expected-delay-scorer";
@@ -63,34 +69,27 @@ const PROMPT_BYTES_PER_TOKEN_TIME: f64 = 1024.0;
 /// VM's run-to-run spread, and 4.0 gave 8.6.
 const BATCH_COST: f64 = 2.0;
 
-/// What each request queued ahead adds, in output-token times: about its decode (tens to
-/// hundreds of tokens) spread over the batch limit's slots (tens to hundreds). Lower than the
-/// benchmark's servers would give (32–48 tokens over 8 slots), because a request sent away
-/// from where its prompt is cached also costs the fleet a prefill and evicts other prompts,
-/// which this request's own delay does not show: at 8, the shared-prefix benchmark's hit rate
-/// near saturation fell from about 70 % to 45–55 %.
+/// What each request queued ahead adds, in output-token times, while no candidate reports its
+/// requests' mean length: about one request's decode (tens to hundreds of tokens) spread over
+/// the batch limit's slots (tens to hundreds), here 32 tokens over 8 slots. A lower cost keeps
+/// requests where their prompts are cached for longer; as a constant 8, the shared-prefix
+/// benchmark's hit rate near saturation fell from about 70 % to 45–55 %, while its requests'
+/// measured length (32 tokens over 8 slots) gives this 4 again.
 const QUEUED_COST: f64 = 4.0;
 
 /// One score per candidate.
 pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
-    let (known_sum, known, peak) =
-        input
-            .endpoints
-            .iter()
-            .map(|e| &e.metrics)
-            .fold((0.0, 0u32, 1u64), |(sum, n, peak), m| {
-                let peak = peak.max(m.peak_running_requests);
-                match measured_speed(m) {
-                    Some(ms) => (sum + ms, n + 1, peak),
-                    None => (sum, n, peak),
-                }
-            });
+    let mut speeds = Mean::default();
+    let mut lengths = Mean::default();
+    let mut peak = 1u64;
+    for m in input.endpoints.iter().map(|e| &e.metrics) {
+        peak = peak.max(m.peak_running_requests);
+        speeds.add(m.decode_ms_per_token);
+        lengths.add(m.output_tokens_per_request);
+    }
     let limit = peak as f64;
-    let fallback = if known == 0 {
-        1.0
-    } else {
-        known_sum / f64::from(known)
-    };
+    let fallback = speeds.get().unwrap_or(1.0);
+    let per_queued = lengths.get().map_or(QUEUED_COST, |tokens| tokens / limit);
     let prompt_cost = input.request.prompt.len() as f64 / PROMPT_BYTES_PER_TOKEN_TIME;
     let per_block = input
         .prefix
@@ -108,12 +107,12 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
                 .saturating_add(metrics.waiting_queue_size);
             let load = in_flight.max(reported) as f64;
             let queued = (load + 1.0 - limit).max(0.0);
-            let speed = measured_speed(metrics).unwrap_or(fallback);
+            let speed = measured(metrics.decode_ms_per_token).unwrap_or(fallback);
             let cached = per_block.map_or(0.0, |(p, per_block)| {
                 (p.matched_blocks.get(i).copied().unwrap_or(0) as f64 * per_block).min(1.0)
             });
             let prefill = BASE_COST + prompt_cost * (1.0 - cached);
-            speed * (prefill + BATCH_COST * load / limit + QUEUED_COST * queued)
+            speed * (prefill + BATCH_COST * load / limit + per_queued * queued)
         })
         .collect();
     // The delays become scores in place: one allocation per request, as every scorer's.
@@ -124,10 +123,29 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
     scores
 }
 
-/// The server's moving mean time per output token, when the controller has measured one.
-fn measured_speed(metrics: &Metrics) -> Option<f64> {
-    let ms = metrics.decode_ms_per_token;
-    (ms.is_finite() && ms > 0.0).then_some(ms)
+/// A measured mean from the snapshot (0 while the controller has none).
+fn measured(value: f64) -> Option<f64> {
+    (value.is_finite() && value > 0.0).then_some(value)
+}
+
+/// The mean of the candidates' measured values (those they have).
+#[derive(Default)]
+struct Mean {
+    sum: f64,
+    count: u32,
+}
+
+impl Mean {
+    fn add(&mut self, value: f64) {
+        if let Some(value) = measured(value) {
+            self.sum += value;
+            self.count += 1;
+        }
+    }
+
+    fn get(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / f64::from(self.count))
+    }
 }
 
 #[cfg(test)]
@@ -247,6 +265,35 @@ mod tests {
         let fast = 25.0 * (1.0 + 2.0 * 11.0 / 8.0 + 4.0 * 4.0);
         let slow = 100.0 * (1.0 + 2.0 + 4.0);
         assert!((delays_ratio(&s) - fast / slow).abs() < 1e-12, "{s:?}");
+    }
+
+    #[test]
+    fn long_answers_make_a_queue_cost_more() {
+        // The fast server is full, the 4× slower one runs 4 of its 8.
+        let fleet = |tokens_per_request: f64| {
+            let mut fleet = [server(1, 8, 25.0), server(2, 4, 100.0)];
+            for e in &mut fleet {
+                e.metrics.output_tokens_per_request = tokens_per_request;
+            }
+            fleet
+        };
+        let slow = 100.0 * (1.0 + 2.0 * 4.0 / 8.0);
+        // Unmeasured, a request queued ahead costs 4: 25 × (1 + 2 + 4) = 175 < 200, it waits
+        // on the fast server; measured 32-token requests over 8 slots cost the same.
+        for unmeasured_or_short in [0.0, 32.0] {
+            let s = scores(&fleet(unmeasured_or_short), &[]);
+            assert_eq!(s[0], 1.0);
+            assert!((s[1] - 175.0 / slow).abs() < 1e-12, "{s:?}");
+        }
+        // 96-token requests free a fast slot only every 12 token times:
+        // 25 × (1 + 2 + 12) = 375 > 200, the slow server's free slot is sooner.
+        let s = scores(&fleet(96.0), &[]);
+        assert_eq!(s[1], 1.0);
+        assert!((s[0] - slow / 375.0).abs() < 1e-12, "{s:?}");
+        // The mean is over the candidates that report one.
+        let mut mixed = fleet(192.0);
+        mixed[1].metrics.output_tokens_per_request = 0.0;
+        assert_eq!(scores(&mixed, &[]), scores(&fleet(192.0), &[]));
     }
 
     #[test]
