@@ -6,9 +6,10 @@ each policy in turn: Envoy round-robin and least-request, wasm-epp with the defa
 with the profile it ships for this traffic, and the routers a team would run instead (the SGLang
 model gateway `sglang-router` and its fork `vllm-router`, from PyPI, see `bench/peers.py`).
 Each workload is offered at stepped open-loop rates, from light load to past what the fleet
-sustains (from the comparison step on, a policy stops at its first step beyond the SLO); the simulators are restarted before each policy, so every policy starts with cold
-caches and sees the same requests at the same rates: one seed, and each rate step continues
-the numbering of the step before (same prefix groups and adapters, no prompt repeated). One
+sustains (from the comparison step on, a policy stops at its first step beyond the SLO); the
+simulators are restarted before each policy, so every policy starts with cold caches and sees
+the same requests at the same rates: one seed, and each rate step continues the numbering of
+the step before (same prefix groups and adapters, no prompt repeated). One
 workload runs on a heterogeneous fleet (servers 1×, 1×, 2× and 4× slower).
 
 Reported per step: TTFT and end-to-end p50/p90/p99 (the load generator, client side), output
