@@ -24,7 +24,8 @@ const MODEL: &str = "tiny";
 /// How long a test waits for the controller to see a server-side change.
 const SEE: Duration = Duration::from_secs(20);
 
-/// The most a long background generation (1,500 tokens on a CPU) may take.
+/// The most a long background generation may take on a CPU (1,500 tokens, or 600 queued behind
+/// 19 others on one server).
 const LONG_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The two servers, from `WASM_EPP_VLLM`.
@@ -265,10 +266,11 @@ fn picks_follow_the_real_queue() {
         .map(|i| {
             let (busy, prompt) = (busy.clone(), format!("{tag} load {i}"));
             thread::spawn(move || {
-                post(
+                post_within(
                     &format!("http://{busy}/v1/completions"),
                     &completion_body(MODEL, &prompt, 600).to_string(),
                     &[],
+                    LONG_REQUEST_TIMEOUT,
                 )
                 .status
             })
