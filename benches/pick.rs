@@ -66,7 +66,14 @@ fn time_decisions(snapshot: &Snapshot, bodies: impl Iterator<Item = String>) -> 
             ..Incoming::default()
         };
         let start = Instant::now();
-        let outcome = director.decide(Some(snapshot), &config, &incoming, |_| 0, &mut store, None);
+        let outcome = director.decide(
+            Some(snapshot),
+            &config,
+            &incoming,
+            |_| Default::default(),
+            &mut store,
+            None,
+        );
         samples.push(start.elapsed().as_nanos() as f64 / 1000.0);
         assert!(matches!(outcome, Outcome::Route(_)), "{outcome:?}");
     }

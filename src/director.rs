@@ -15,7 +15,7 @@ use crate::scheduler::prefix::PrefixIndex;
 use crate::scheduler::profile::{ScorerSpec, SessionAffinityParams, SessionStrategy};
 use crate::scheduler::rng::Rng;
 use crate::scheduler::scorers::session_affinity_scorer;
-use crate::scheduler::{self, Request};
+use crate::scheduler::{self, InFlight, Request};
 use crate::shared_data::SharedStore;
 use crate::snapshot::{Endpoint, Snapshot};
 use crate::subset::{candidates, no_candidates};
@@ -146,6 +146,9 @@ pub struct Route {
     /// The primary endpoint's [`Endpoint::index_key`] (counted in flight until the stream
     /// ends).
     pub primary_key: u64,
+    /// Prompt bytes the primary is expected to prefill (counted in flight until the first
+    /// response byte): none when a prefill endpoint does it.
+    pub prefill_bytes: u64,
     /// A replacement request body (the model was rewritten).
     pub body: Option<Vec<u8>>,
     /// The prefill endpoint's `ip:port` for [`PREFILLER_HEADER`] (a disaggregated request).
@@ -182,7 +185,9 @@ pub enum Outcome {
     Wait(i32),
 }
 
-/// A scheduled request, or one that waits.
+/// A scheduled request, or one that waits. Returned once per decision and unwrapped at once,
+/// so the route stays inline: boxing it would add an allocation to every request.
+#[allow(clippy::large_enum_variant)]
 enum Routed {
     Go(Route),
     Wait(i32),
@@ -218,7 +223,7 @@ impl Director {
         self.timer.phases()
     }
 
-    /// Decides one request. `in_flight` reports this proxy's in-flight count for an endpoint
+    /// Decides one request. `in_flight` reports what this proxy has in flight to an endpoint
     /// (only asked when a scorer needs it); `prefix_index` is this worker's prefix index;
     /// `sessions` holds the `session_id` strategy's bindings (`None`: nothing is bound).
     pub fn decide(
@@ -226,7 +231,7 @@ impl Director {
         snapshot: Option<&Snapshot>,
         config: &FilterConfig,
         incoming: &Incoming<'_>,
-        in_flight: impl Fn(&Endpoint) -> u64,
+        in_flight: impl Fn(&Endpoint) -> InFlight,
         prefix_index: &mut PrefixIndex,
         sessions: Option<&dyn SharedStore>,
     ) -> Outcome {
@@ -259,7 +264,7 @@ impl Director {
         snapshot: &Snapshot,
         config: &FilterConfig,
         incoming: &Incoming<'_>,
-        in_flight: impl Fn(&Endpoint) -> u64,
+        in_flight: impl Fn(&Endpoint) -> InFlight,
         prefix_index: &mut PrefixIndex,
         sessions: Option<&dyn SharedStore>,
     ) -> Result<Routed, InferenceError> {
@@ -334,7 +339,7 @@ impl Director {
             .session_token
             .and_then(session_affinity_scorer::decode)
             .or_else(|| bound.as_ref().map(|(endpoint, _)| endpoint.clone()));
-        let counts: Vec<u64> = if uses(snapshot, ScorerSpec::reads_in_flight) {
+        let counts: Vec<InFlight> = if uses(snapshot, ScorerSpec::reads_in_flight) {
             endpoints.iter().map(|e| in_flight(e)).collect()
         } else {
             Vec::new()
@@ -385,6 +390,9 @@ impl Director {
                 &mut self.timer,
             );
             route.prefill = prefill.map(Endpoint::host_port);
+        }
+        if route.prefill.is_none() {
+            route.prefill_bytes = decision.primary_prefill_bytes;
         }
         if let Some(((_, id), store)) = session_id {
             let bound_was_candidate = bound.as_ref().is_some_and(|(name, _)| {
@@ -480,7 +488,14 @@ mod tests {
     }
 
     fn decide(s: Option<&Snapshot>, config: &FilterConfig, incoming: &Incoming<'_>) -> Outcome {
-        Director::new(1).decide(s, config, incoming, |_| 0, &mut PrefixIndex::new(64), None)
+        Director::new(1).decide(
+            s,
+            config,
+            incoming,
+            |_| InFlight::default(),
+            &mut PrefixIndex::new(64),
+            None,
+        )
     }
 
     fn route(outcome: Outcome) -> Route {
@@ -609,7 +624,7 @@ mod tests {
                     Some(&s),
                     &FilterConfig::default(),
                     &models,
-                    |_| 0,
+                    |_| InFlight::default(),
                     &mut store,
                     None,
                 ))
@@ -634,10 +649,14 @@ mod tests {
     /// second), every seed picks the second.
     fn assert_avoids_the_busy_first_endpoint(s: &Snapshot, in_flight: u64) {
         let busy_first = |e: &Endpoint| {
-            if e.address == "10.0.0.1" {
+            let requests = if e.address == "10.0.0.1" {
                 in_flight
             } else {
                 0
+            };
+            InFlight {
+                requests,
+                prefill_bytes: 0,
             }
         };
         for seed in 0..10 {
@@ -651,6 +670,13 @@ mod tests {
             );
             assert_eq!(route(out).primary, "10.0.0.2:8000");
         }
+    }
+
+    #[test]
+    fn a_route_counts_its_prompt_as_still_to_prefill() {
+        let s = snapshot(vec![endpoint(1, 0, 0.0)]);
+        let r = route(decide(Some(&s), &FilterConfig::default(), &completion()));
+        assert_eq!(r.prefill_bytes, "hi".len() as u64);
     }
 
     #[test]
@@ -824,7 +850,7 @@ mod tests {
                 Some(&s),
                 &FilterConfig::default(),
                 &incoming,
-                |_| 0,
+                |_| InFlight::default(),
                 &mut PrefixIndex::new(4),
                 None,
             ));

@@ -14,6 +14,7 @@ use wasm_epp::plugin_config::FilterConfig;
 use wasm_epp::scheduler::prefix::PrefixIndex;
 use wasm_epp::scheduler::profile::Profile;
 use wasm_epp::scheduler::rng::Rng;
+use wasm_epp::scheduler::InFlight;
 use wasm_epp::snapshot::{Endpoint, Metrics, ModelRewrite, RewriteRule, RewriteTarget, Snapshot};
 
 const CASES: usize = 20_000;
@@ -174,7 +175,19 @@ fn every_fuzzed_request_is_decided_with_a_client_error_or_a_member() {
             flow: Default::default(),
         };
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            director.decide(Some(&snapshot), &config, &incoming, |_| 1, &mut store, None)
+            // Extreme in-flight counts must not overflow a scorer either.
+            let in_flight = |_: &Endpoint| InFlight {
+                requests: 1,
+                prefill_bytes: u64::MAX,
+            };
+            director.decide(
+                Some(&snapshot),
+                &config,
+                &incoming,
+                in_flight,
+                &mut store,
+                None,
+            )
         }))
         .unwrap_or_else(|_| panic!("case {case} panicked: {incoming:?}"));
         match outcome {

@@ -1,8 +1,10 @@
 //! The wire format of the workers' inboxes: a [`Message`] (sender, flags, in-flight counts,
 //! prefix records) as little-endian 64-bit words, and the poller's fixed snapshot notice.
 
-/// First word of a message (`"wasmepq"` and layout 1).
-const MAGIC: u64 = u64::from_le_bytes(*b"wasmepq\x01");
+/// First word of a message (`"wasmepq"` and layout 2: in-flight entries of three words).
+const MAGIC: u64 = u64::from_le_bytes(*b"wasmepq\x02");
+/// Words per in-flight entry: endpoint key, requests, prefill bytes.
+const ENTRY_WORDS: usize = 3;
 /// The whole of a snapshot notice (`"wasmeps"` and layout 1).
 pub(super) const SNAPSHOT_NOTICE: [u8; 8] = *b"wasmeps\x01";
 /// Flag: the message's counts are the sender's whole table, not changes.
@@ -11,6 +13,34 @@ const WHOLE_TABLE: u64 = 1;
 const ACTIVE: u64 = 2;
 /// Sender id of the other Envoy replicas' records (no worker id contains `-`).
 pub(super) const REPLICAS_SENDER: &str = "other-replicas";
+
+/// What a worker has in flight to one endpoint, or a change to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Requests.
+    pub requests: i64,
+    /// Prompt bytes still to prefill.
+    pub prefill_bytes: i64,
+}
+
+impl Counts {
+    /// Adds `other`, field by field (saturating).
+    pub fn add(&mut self, other: Counts) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.prefill_bytes = self.prefill_bytes.saturating_add(other.prefill_bytes);
+    }
+
+    /// Takes `other` away, field by field (saturating).
+    pub fn subtract(&mut self, other: Counts) {
+        self.requests = self.requests.saturating_sub(other.requests);
+        self.prefill_bytes = self.prefill_bytes.saturating_sub(other.prefill_bytes);
+    }
+
+    /// Both fields are zero.
+    pub fn is_zero(&self) -> bool {
+        *self == Counts::default()
+    }
+}
 
 /// One message between workers.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -22,7 +52,7 @@ pub struct Message {
     /// Whether the sender is active.
     pub active: bool,
     /// In-flight counts (or changes) by endpoint key.
-    pub counts: Vec<(u64, i64)>,
+    pub counts: Vec<(u64, Counts)>,
     /// Prefix record groups, in the form of
     /// [`PrefixIndex::outbox`](crate::scheduler::prefix::PrefixIndex::outbox).
     pub records: Vec<u64>,
@@ -63,13 +93,24 @@ impl Message {
         let sender = String::from_utf8(id_bytes[..id_len].to_vec()).ok()?;
         let (&flags, rest) = rest.split_first()?;
         let (&n, rest) = rest.split_first()?;
-        let n = usize::try_from(n).ok().filter(|&n| n <= rest.len() / 2)?;
-        let (pairs, records) = rest.split_at(2 * n);
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|&n| n <= rest.len() / ENTRY_WORDS)?;
+        let (entries, records) = rest.split_at(ENTRY_WORDS * n);
         Some(Message {
             sender,
             whole_table: flags & WHOLE_TABLE != 0,
             active: flags & ACTIVE != 0,
-            counts: pairs.chunks_exact(2).map(|p| (p[0], p[1] as i64)).collect(),
+            counts: entries
+                .chunks_exact(ENTRY_WORDS)
+                .map(|e| {
+                    let counts = Counts {
+                        requests: e[1] as i64,
+                        prefill_bytes: e[2] as i64,
+                    };
+                    (e[0], counts)
+                })
+                .collect(),
             records: records.to_vec(),
         })
     }
@@ -82,12 +123,12 @@ pub(super) fn encode(
     sender: &str,
     whole_table: bool,
     active: bool,
-    counts: &[(u64, i64)],
+    counts: &[(u64, Counts)],
     records: &[u64],
 ) {
     out.clear();
     let id = sender.as_bytes();
-    out.reserve((5 + id.len().div_ceil(8) + 2 * counts.len() + records.len()) * 8);
+    out.reserve((5 + id.len().div_ceil(8) + ENTRY_WORDS * counts.len() + records.len()) * 8);
     let mut put = |word: u64| out.extend_from_slice(&word.to_le_bytes());
     put(MAGIC);
     put(id.len() as u64);
@@ -101,7 +142,8 @@ pub(super) fn encode(
     put(counts.len() as u64);
     for &(key, count) in counts {
         put(key);
-        put(count as u64);
+        put(count.requests as u64);
+        put(count.prefill_bytes as u64);
     }
     records.iter().for_each(|&w| put(w));
 }
@@ -118,7 +160,22 @@ mod tests {
             sender: "12.345678901".to_string(),
             whole_table: true,
             active: true,
-            counts: vec![(1, 2), (3, -4)],
+            counts: vec![
+                (
+                    1,
+                    Counts {
+                        requests: 2,
+                        prefill_bytes: 4_096,
+                    },
+                ),
+                (
+                    3,
+                    Counts {
+                        requests: -4,
+                        prefill_bytes: -7,
+                    },
+                ),
+            ],
             records: vec![9, 8, 1, 5],
         };
         let mut bytes = Vec::new();

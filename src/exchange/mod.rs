@@ -1,5 +1,5 @@
 //! How the workers of one Envoy process share what each of them learns — prefix-index records
-//! and in-flight counts — pushed through proxy-wasm shared queues as decisions happen, with a
+//! and in-flight counts (requests, and prompt bytes still to prefill) — pushed through proxy-wasm shared queues as decisions happen, with a
 //! slow heartbeat in shared data for membership.
 //!
 //! Every worker keeps its prefix index and its in-flight counts in its own Wasm memory, so a
@@ -55,10 +55,11 @@ use std::collections::HashMap;
 
 use crate::lease::{claim_id_at, HolderId};
 use crate::scheduler::prefix::PrefixIndex;
+use crate::scheduler::InFlight;
 use crate::shared_data::{SharedQueues, SharedStore};
 pub use from_poller::{deliver_replica_records, notify_snapshot};
-pub use message::Message;
 use message::{encode, REPLICAS_SENDER, SNAPSHOT_NOTICE};
+pub use message::{Counts, Message};
 use registry::{alive_key, heartbeat_age, inbox_name, register};
 pub use registry::{MAX_WORKERS, REGISTRY_KEY, WORKER_SEQUENCE_KEY};
 
@@ -84,8 +85,8 @@ const BACKLOG_MAX_WORDS: usize = crate::scheduler::prefix::index::OUTBOX_MAX_WOR
 /// What this worker was told by another one.
 #[derive(Debug, Default)]
 struct Sender {
-    /// Its requests in flight by endpoint key, as its messages built them up.
-    counts: HashMap<u64, i64>,
+    /// What it has in flight by endpoint key, as its messages built them up.
+    counts: HashMap<u64, Counts>,
     /// When its last message arrived, ms since the Unix epoch.
     heard_unix_ms: u64,
 }
@@ -118,9 +119,9 @@ pub struct Exchange {
     backlog: Vec<u64>,
     senders: HashMap<String, Sender>,
     /// The live senders' in-flight counts, summed per endpoint key.
-    others_in_flight: HashMap<u64, i64>,
+    others_in_flight: HashMap<u64, Counts>,
     /// This worker's in-flight changes not sent yet.
-    pending: Vec<(u64, i64)>,
+    pending: Vec<(u64, Counts)>,
     /// Reused encoding buffer (a cell, so a message can be encoded from borrowed state).
     buffer: RefCell<Vec<u8>>,
     /// A snapshot notice arrived since [`take_snapshot_notice`](Self::take_snapshot_notice).
@@ -135,17 +136,20 @@ impl Exchange {
         Exchange::default()
     }
 
-    /// Requests the other live workers have in flight to the endpoint `key`.
-    pub fn others_in_flight(&self, key: u64) -> u32 {
-        let sum = self.others_in_flight.get(&key).copied().unwrap_or(0);
-        u32::try_from(sum.max(0)).unwrap_or(u32::MAX)
+    /// What the other live workers have in flight to the endpoint `key` (never negative).
+    pub fn others_in_flight(&self, key: u64) -> InFlight {
+        let sum = self.others_in_flight.get(&key).copied().unwrap_or_default();
+        InFlight {
+            requests: u64::try_from(sum.requests).unwrap_or(0),
+            prefill_bytes: u64::try_from(sum.prefill_bytes).unwrap_or(0),
+        }
     }
 
-    /// Notes a change of this worker's in-flight count to the endpoint `key`; it travels with
+    /// Notes a change of this worker's in-flight counts to the endpoint `key`; it travels with
     /// the next message.
-    pub fn note_in_flight(&mut self, key: u64, change: i64) {
+    pub fn note_in_flight(&mut self, key: u64, change: Counts) {
         match self.pending.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, pending)) => *pending += change,
+            Some((_, pending)) => pending.add(change),
             None => self.pending.push((key, change)),
         }
     }
@@ -178,7 +182,7 @@ impl Exchange {
             }
             sent += 1;
         }
-        if woke || !records.is_empty() || self.pending.iter().any(|c| c.1 != 0) {
+        if woke || !records.is_empty() || self.pending.iter().any(|c| !c.1.is_zero()) {
             // A worker waking up tells every peer, so they send it everything again.
             sent += self.broadcast(queues, |p| woke || p.active, false, &self.pending, records);
         }
@@ -195,7 +199,7 @@ impl Exchange {
         queues: &impl SharedQueues,
         now_unix_ms: u64,
         index: &mut PrefixIndex,
-        in_flight: &HashMap<u64, u32>,
+        in_flight: &HashMap<u64, InFlight>,
     ) {
         if self.me.is_none() {
             self.me = claim_id_at(store, WORKER_SEQUENCE_KEY);
@@ -226,7 +230,16 @@ impl Exchange {
         self.refresh_uplink(store, queues);
         self.expire_senders(now_unix_ms);
         self.pending.clear();
-        let table: Vec<(u64, i64)> = in_flight.iter().map(|(&k, &n)| (k, i64::from(n))).collect();
+        let table: Vec<(u64, Counts)> = in_flight
+            .iter()
+            .map(|(&key, n)| {
+                let counts = Counts {
+                    requests: i64::try_from(n.requests).unwrap_or(i64::MAX),
+                    prefill_bytes: i64::try_from(n.prefill_bytes).unwrap_or(i64::MAX),
+                };
+                (key, counts)
+            })
+            .collect();
         let records = index.outbox();
         self.broadcast(queues, |p| p.active, true, &table, records);
         let mut backlog = std::mem::take(&mut self.backlog);
@@ -309,15 +322,15 @@ impl Exchange {
         sender.heard_unix_ms = now;
         if message.whole_table {
             for (key, count) in sender.counts.drain() {
-                *sums.entry(key).or_default() -= count;
+                sums.entry(key).or_default().subtract(count);
             }
         }
         for (key, count) in message.counts {
-            *sender.counts.entry(key).or_default() += count;
-            *sums.entry(key).or_default() += count;
+            sender.counts.entry(key).or_default().add(count);
+            sums.entry(key).or_default().add(count);
         }
-        sender.counts.retain(|_, n| *n != 0);
-        sums.retain(|_, n| *n != 0);
+        sender.counts.retain(|_, n| !n.is_zero());
+        sums.retain(|_, n| !n.is_zero());
     }
 
     /// Forgets the counts of senders silent for [`STALE_MS`].
@@ -327,12 +340,12 @@ impl Exchange {
             let live = now.saturating_sub(sender.heard_unix_ms) < STALE_MS;
             if !live {
                 for (&key, &count) in &sender.counts {
-                    *sums.entry(key).or_default() -= count;
+                    sums.entry(key).or_default().subtract(count);
                 }
             }
             live
         });
-        sums.retain(|_, n| *n != 0);
+        sums.retain(|_, n| !n.is_zero());
     }
 
     /// Follows [`SHARE_KEY`]: resolves the poller's uplink while records are shared, drops it
@@ -399,7 +412,7 @@ impl Exchange {
         queues: &impl SharedQueues,
         to: impl Fn(&Peer) -> bool,
         whole_table: bool,
-        counts: &[(u64, i64)],
+        counts: &[(u64, Counts)],
         records: &[u64],
     ) -> u64 {
         let Some(me) = &self.me else {

@@ -27,10 +27,21 @@ impl Exchange {
     }
 }
 
+/// The prompt bytes each test decision leaves to prefill.
+const PROMPT: i64 = 1_000;
+
+/// `requests` in flight, `prefilling` of them without a first byte yet.
+fn in_flight(requests: u64, prefilling: u64) -> InFlight {
+    InFlight {
+        requests,
+        prefill_bytes: prefilling * PROMPT as u64,
+    }
+}
+
 struct Worker {
     exchange: Exchange,
     index: PrefixIndex,
-    in_flight: HashMap<u64, u32>,
+    in_flight: HashMap<u64, InFlight>,
 }
 
 impl Worker {
@@ -53,17 +64,36 @@ impl Worker {
         self.exchange.receive(host, inbox, now, &mut self.index)
     }
 
-    /// A routed decision: records, counts one in flight and sends.
+    /// A routed decision: records, counts one in flight with [`PROMPT`] bytes to prefill
+    /// and sends.
     fn decide(&mut self, host: &Host, key: u64, hashes: &[u64], now: u64) -> u64 {
         self.index.record(key, hashes, now);
-        *self.in_flight.entry(key).or_default() += 1;
-        self.exchange.note_in_flight(key, 1);
+        self.change(key, 1, PROMPT);
         self.exchange.send(host, &mut self.index)
     }
 
+    /// The first response byte of a request to `key`: its prompt is prefilled.
+    fn prefilled(&mut self, key: u64) {
+        self.change(key, 0, -PROMPT);
+    }
+
+    /// The end of a prefilled request to `key`.
     fn end(&mut self, key: u64) {
-        *self.in_flight.get_mut(&key).unwrap() -= 1;
-        self.exchange.note_in_flight(key, -1);
+        self.change(key, -1, 0);
+    }
+
+    fn change(&mut self, key: u64, requests: i64, prefill_bytes: i64) {
+        let entry = self.in_flight.entry(key).or_default();
+        entry.requests = entry.requests.checked_add_signed(requests).unwrap();
+        entry.prefill_bytes = entry
+            .prefill_bytes
+            .checked_add_signed(prefill_bytes)
+            .unwrap();
+        let change = Counts {
+            requests,
+            prefill_bytes,
+        };
+        self.exchange.note_in_flight(key, change);
     }
 }
 
@@ -198,25 +228,31 @@ fn in_flight_counts_follow_the_messages_and_expire_with_their_sender() {
     for x in &mut w {
         x.ready(&host, 1_002);
     }
-    assert_eq!(w[2].exchange.others_in_flight(5), 3);
-    assert_eq!(w[2].exchange.others_in_flight(6), 1);
-    assert_eq!(w[0].exchange.others_in_flight(5), 1, "not its own");
-    // Ends travel with the next message (or heartbeat).
+    assert_eq!(w[2].exchange.others_in_flight(5), in_flight(3, 3));
+    assert_eq!(w[2].exchange.others_in_flight(6), in_flight(1, 1));
+    assert_eq!(
+        w[0].exchange.others_in_flight(5),
+        in_flight(1, 1),
+        "not its own"
+    );
+    // First bytes and ends travel with the next message (or heartbeat).
+    w[1].prefilled(5);
     w[1].end(5);
-    w[1].end(6);
+    w[1].prefilled(6);
     w[1].decide(&host, 7, &[5], 1_003);
     w[2].ready(&host, 1_004);
     assert_eq!(
         (0..3)
             .map(|k| w[2].exchange.others_in_flight(5 + k))
             .collect::<Vec<_>>(),
-        vec![2, 0, 1]
+        vec![in_flight(2, 2), in_flight(1, 0), in_flight(1, 1)]
     );
     // A lost message is corrected by the next heartbeat's whole table.
+    w[1].prefilled(7);
     w[1].end(7);
     w[1].tick(&host, 2_000);
     w[2].ready(&host, 2_000);
-    assert_eq!(w[2].exchange.others_in_flight(7), 0);
+    assert_eq!(w[2].exchange.others_in_flight(7), InFlight::default());
     // Worker 0 goes silent (its VM died): its counts expire, then it leaves the registry.
     let silent = w[0].exchange.id().unwrap().as_str().to_string();
     for now in [1_010 + STALE_MS, 1_020 + PRUNE_MS] {
@@ -225,7 +261,7 @@ fn in_flight_counts_follow_the_messages_and_expire_with_their_sender() {
         w[2].tick(&host, now);
         w[1].ready(&host, now);
     }
-    assert_eq!(w[2].exchange.others_in_flight(5), 0);
+    assert_eq!(w[2].exchange.others_in_flight(5), InFlight::default());
     assert_eq!(w[2].exchange.peers(), (1, 1));
     let registry = host.get(REGISTRY_KEY).unwrap().0.unwrap();
     let registry = String::from_utf8(registry).unwrap();
@@ -290,6 +326,6 @@ fn garbage_in_the_inbox_and_shared_data_is_ignored() {
     host.set("wasm-epp.worker.x.alive", b"soon", None);
     w[0].tick(&host, 1_010);
     w[0].tick(&host, 1_020);
-    assert_eq!(w[0].exchange.others_in_flight(1), 0);
+    assert_eq!(w[0].exchange.others_in_flight(1), InFlight::default());
     assert_eq!(w[0].exchange.peers(), (0, 0));
 }

@@ -15,7 +15,7 @@ use super::fixed_scores::ScoringCache;
 use super::prefix::PrefixIndex;
 use super::profile::Profile;
 use super::rng::Rng;
-use super::{schedule, Decision, Request};
+use super::{schedule, Decision, InFlight, Request};
 use crate::phases::PhaseTimer;
 use crate::snapshot::Endpoint;
 
@@ -107,7 +107,7 @@ pub fn prefill_pick<'e>(
     stage: &Disaggregation,
     decode: &Decision,
     endpoints: &[&'e Endpoint],
-    in_flight: &[u64],
+    in_flight: &[InFlight],
     request: &Request<'_>,
     prefix_index: &mut PrefixIndex,
     rng: &mut Rng,

@@ -51,6 +51,20 @@ pub struct Decision {
     /// Prompt tokens the primary pick likely has cached (`None` without a prefix-cache scorer),
     /// for a prefill/decode decider.
     pub primary_cached_tokens: Option<u64>,
+    /// Prompt bytes the primary pick is expected to prefill: the prompt less the share of its
+    /// blocks the prefix index says the primary holds (the whole prompt without a
+    /// prefix-cache scorer).
+    pub primary_prefill_bytes: u64,
+}
+
+/// What this proxy has in flight to one endpoint (counted by every worker).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InFlight {
+    /// Requests routed there that have not finished.
+    pub requests: u64,
+    /// The prompt bytes of those requests that the endpoint still has to prefill: each one's
+    /// [`Decision::primary_prefill_bytes`], from its decision until its first response byte.
+    pub prefill_bytes: u64,
 }
 
 /// One scorer's clamped scores per candidate: shared with the snapshot's cache for a scorer
@@ -82,12 +96,13 @@ pub struct ScoringInput<'a> {
     pub request: &'a Request<'a>,
     /// Prefix-cache match per candidate, when a prefix scorer is configured.
     pub prefix: Option<&'a PrefixMatch>,
-    /// Requests this proxy has in flight per candidate (shared by all workers).
-    pub in_flight: &'a [u64],
+    /// What this proxy has in flight per candidate (shared by all workers; empty when no
+    /// scorer reads it).
+    pub in_flight: &'a [InFlight],
 }
 
 /// Schedules one request over `endpoints` with `profile`, then records the decision in the
-/// prefix index. `in_flight` holds this proxy's in-flight count per endpoint
+/// prefix index. `in_flight` holds what this proxy has in flight per endpoint
 /// (or is empty). `cache` keeps the scores that depend only on the endpoints' metrics; it
 /// belongs to the snapshot `profile` and `endpoints` come from.
 #[allow(clippy::too_many_arguments)]
@@ -95,7 +110,7 @@ pub fn schedule(
     profile: &Profile,
     cache: &ScoringCache,
     endpoints: &[&Endpoint],
-    in_flight: &[u64],
+    in_flight: &[InFlight],
     request: &Request<'_>,
     prefix_index: &mut PrefixIndex,
     rng: &mut Rng,
@@ -115,7 +130,7 @@ pub fn schedule(
     }
     // Without narrowing (the common case) the candidates are the endpoints themselves: no copy.
     let chosen_buf: Vec<&Endpoint>;
-    let counts_buf: Vec<u64>;
+    let counts_buf: Vec<InFlight>;
     let (chosen, counts) = if candidates.len() == endpoints.len() {
         (endpoints, in_flight)
     } else {
@@ -125,7 +140,7 @@ pub fn schedule(
             .collect();
         counts_buf = candidates
             .iter()
-            .map(|&i| in_flight.get(i).copied().unwrap_or(0))
+            .map(|&i| in_flight.get(i).copied().unwrap_or_default())
             .collect();
         (&chosen_buf[..], &counts_buf[..])
     };
@@ -167,13 +182,20 @@ pub fn schedule(
         .filter_map(|i| candidates.get(i).copied())
         .collect();
     timer.mark(Phase::Score);
-    let primary_cached_tokens = prefix.as_ref().map(|prefix| {
-        let position = picked
-            .first()
-            .and_then(|p| candidates.iter().position(|c| c == p));
+    let position = picked
+        .first()
+        .and_then(|p| candidates.iter().position(|c| c == p));
+    let primary_blocks = prefix.as_ref().map(|prefix| {
         let blocks = position.and_then(|i| prefix.matched_blocks.get(i).copied());
-        u64::try_from(blocks.unwrap_or(0)).unwrap_or(u64::MAX) * prefix.block_size_tokens
+        (blocks.unwrap_or(0), prefix.blocks.total)
     });
+    let primary_cached_tokens = prefix
+        .as_ref()
+        .zip(primary_blocks)
+        .map(|(prefix, (blocks, _))| {
+            u64::try_from(blocks).unwrap_or(u64::MAX) * prefix.block_size_tokens
+        });
+    let primary_prefill_bytes = uncached_bytes(request.prompt.len(), primary_blocks);
     if let (Some(prefix), Some(endpoint)) =
         (&prefix, picked.first().and_then(|&i| endpoints.get(i)))
     {
@@ -190,7 +212,19 @@ pub fn schedule(
         totals,
         scores,
         primary_cached_tokens,
+        primary_prefill_bytes,
     })
+}
+
+/// The bytes of a `prompt_len`-byte prompt left to prefill where `(matched, total)` of its
+/// blocks are cached: the prompt less the matched share (all of it without a match).
+pub fn uncached_bytes(prompt_len: usize, blocks: Option<(usize, usize)>) -> u64 {
+    let share = blocks
+        .filter(|&(_, total)| total > 0)
+        .map_or(0.0, |(matched, total)| {
+            (matched as f64 / total as f64).min(1.0)
+        });
+    (prompt_len as f64 * (1.0 - share)).round() as u64
 }
 
 /// Scores every candidate with `weighted`'s scorer, clamps the scores and adds them, weighted,
@@ -360,7 +394,10 @@ mod tests {
             ..Request::default()
         };
         let mut store = PrefixIndex::new(64);
-        let first = run(&Profile::default(), &endpoints, &request, &mut store).picked;
+        let first = run(&Profile::default(), &endpoints, &request, &mut store);
+        // Nothing was cached: the pick prefills the whole prompt.
+        assert_eq!(first.primary_prefill_bytes, 4096);
+        let first = first.picked;
         let refs: Vec<&Endpoint> = endpoints.iter().collect();
         for seed in 0..20 {
             let d = schedule(
@@ -375,6 +412,17 @@ mod tests {
             )
             .unwrap();
             assert_eq!(d.picked, first);
+            // It holds every block now: nothing is left to prefill.
+            assert_eq!(d.primary_prefill_bytes, 0);
         }
+    }
+
+    #[test]
+    fn uncached_bytes_are_the_unmatched_share_of_the_prompt() {
+        assert_eq!(uncached_bytes(1000, None), 1000);
+        assert_eq!(uncached_bytes(1000, Some((0, 0))), 1000);
+        assert_eq!(uncached_bytes(1000, Some((1, 4))), 750);
+        assert_eq!(uncached_bytes(1000, Some((4, 4))), 0);
+        assert_eq!(uncached_bytes(1000, Some((9, 4))), 0);
     }
 }

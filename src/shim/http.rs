@@ -42,8 +42,9 @@ pub struct Stream {
     me: Weak<RefCell<Stream>>,
     worker: Rc<RefCell<Worker>>,
     controls: Controls,
-    /// The endpoint key counted in flight for this request, released when the stream ends.
-    in_flight: Option<u64>,
+    /// The endpoint key counted in flight for this request, released when the stream ends,
+    /// and the prompt bytes counted there as still to prefill (until the first response byte).
+    in_flight: Option<(u64, u64)>,
     /// Response headers to add.
     response_headers: Vec<(&'static str, String)>,
     /// Rewrites the model name in the response back to the client's.
@@ -255,8 +256,10 @@ impl Stream {
                 ));
             }
         }
-        self.worker.borrow_mut().begin(route.primary_key);
-        self.in_flight = Some(route.primary_key);
+        self.worker
+            .borrow_mut()
+            .begin(route.primary_key, route.prefill_bytes);
+        self.in_flight = Some((route.primary_key, route.prefill_bytes));
         self.response_rewriter = route
             .model_rewrite()
             .map(|(target, client)| ResponseModelRewriter::new(target, client));
@@ -439,6 +442,12 @@ impl Stream {
 
     fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if body_size > 0 && !std::mem::replace(&mut self.first_byte, true) {
+            // The server has prefilled the prompt (in memory, no host call).
+            if let Some((key, prefill_bytes)) = self.in_flight.as_mut() {
+                self.worker
+                    .borrow_mut()
+                    .prefilled(*key, std::mem::take(prefill_bytes));
+            }
             // One clock read (a host call) per routed request, for its time to first byte.
             self.counting(|this| this.sample_since_decision(Kind::TtftMs));
         }
@@ -457,8 +466,8 @@ impl Stream {
         // waits on it).
         self.counting(|this| this.sample_since_decision(Kind::DurationMs));
         let mut worker = self.worker.borrow_mut();
-        if let Some(key) = self.in_flight.take() {
-            worker.end(key);
+        if let Some((key, prefill_bytes)) = self.in_flight.take() {
+            worker.end(key, prefill_bytes);
         }
         if std::mem::take(&mut self.waiting) {
             // The client went away while the request waited.

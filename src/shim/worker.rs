@@ -15,11 +15,12 @@ use super::flow::Flow;
 use super::phase_metrics;
 use super::shared::{self, now_ns, now_unix_ms, CountedSharedHost, QueueHost, SharedHost};
 use crate::director::{Director, Incoming, Outcome};
-use crate::exchange::Exchange;
+use crate::exchange::{Counts, Exchange};
 use crate::flow_control::FlowControl;
 use crate::plugin_config::FilterConfig;
 use crate::request_metrics::{self, Kind, Labels, MetricsHost, RequestMetrics};
 use crate::scheduler::prefix::PrefixIndex;
+use crate::scheduler::InFlight;
 use crate::snapshot::Snapshot;
 
 /// Envoy metrics the filter defines (shown as `wasmcustom.<name>`).
@@ -48,8 +49,8 @@ pub struct Worker {
     config: FilterConfig,
     director: Director,
     index: PrefixIndex,
-    /// This worker's requests in flight per endpoint key.
-    in_flight: HashMap<u64, u32>,
+    /// This worker's requests in flight (and their prompt bytes to prefill) per endpoint key.
+    in_flight: HashMap<u64, InFlight>,
     exchange: Exchange,
     queues: QueueHost,
     snapshot: Option<Rc<Snapshot>>,
@@ -168,7 +169,12 @@ impl Worker {
             &incoming,
             |e| {
                 let key = e.index_key();
-                u64::from(local.get(&key).copied().unwrap_or(0) + exchange.others_in_flight(key))
+                let mine = local.get(&key).copied().unwrap_or_default();
+                let others = exchange.others_in_flight(key);
+                InFlight {
+                    requests: mine.requests.saturating_add(others.requests),
+                    prefill_bytes: mine.prefill_bytes.saturating_add(others.prefill_bytes),
+                }
             },
             &mut self.index,
             Some(&CountedSharedHost),
@@ -223,24 +229,45 @@ impl Worker {
         }
     }
 
-    /// Counts a routed request in flight to the endpoint `key` until [`end`](Self::end), and
+    /// Counts a routed request in flight to the endpoint `key` until [`end`](Self::end), with
+    /// `prefill_bytes` of its prompt to prefill until [`prefilled`](Self::prefilled), and
     /// sends the decision's prefix records and in-flight changes to the other workers: one
     /// enqueue per peer (counted), none for a worker alone.
-    pub fn begin(&mut self, key: u64) {
-        *self.in_flight.entry(key).or_default() += 1;
-        self.exchange.note_in_flight(key, 1);
+    pub fn begin(&mut self, key: u64, prefill_bytes: u64) {
+        self.change_in_flight(key, 1, signed(prefill_bytes));
         calls::add(self.exchange.send(&self.queues, &mut self.index));
     }
 
-    /// Ends a request counted by [`begin`](Self::begin); the change reaches the other workers
-    /// with this worker's next message or heartbeat.
-    pub fn end(&mut self, key: u64) {
-        if let Some(count) = self.in_flight.get_mut(&key) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.in_flight.remove(&key);
-            }
-            self.exchange.note_in_flight(key, -1);
+    /// A request counted by [`begin`](Self::begin) had its first response byte: its
+    /// `prefill_bytes` are done. The change reaches the other workers with this worker's next
+    /// message or heartbeat.
+    pub fn prefilled(&mut self, key: u64, prefill_bytes: u64) {
+        self.change_in_flight(key, 0, -signed(prefill_bytes));
+    }
+
+    /// Ends a request counted by [`begin`](Self::begin), with the `prefill_bytes` it still
+    /// counted (those of a request that ended without a response byte); the change reaches the
+    /// other workers with this worker's next message or heartbeat.
+    pub fn end(&mut self, key: u64, prefill_bytes: u64) {
+        self.change_in_flight(key, -1, -signed(prefill_bytes));
+    }
+
+    /// Changes the counts for `key` (never below zero) and notes the change made for the
+    /// other workers.
+    fn change_in_flight(&mut self, key: u64, requests: i64, prefill_bytes: i64) {
+        let count = self.in_flight.entry(key).or_default();
+        let before = *count;
+        count.requests = count.requests.saturating_add_signed(requests);
+        count.prefill_bytes = count.prefill_bytes.saturating_add_signed(prefill_bytes);
+        let change = Counts {
+            requests: signed(count.requests) - signed(before.requests),
+            prefill_bytes: signed(count.prefill_bytes) - signed(before.prefill_bytes),
+        };
+        if *count == InFlight::default() {
+            self.in_flight.remove(&key);
+        }
+        if !change.is_zero() {
+            self.exchange.note_in_flight(key, change);
         }
     }
 
@@ -315,4 +342,9 @@ impl Worker {
         self.snapshot_key = published;
         2
     }
+}
+
+/// `value` as a signed count (counts stay far below `i64::MAX`).
+fn signed(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
 }

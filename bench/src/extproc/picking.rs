@@ -9,6 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use wasm_epp::director::{Director, Incoming, Outcome};
 use wasm_epp::plugin_config::FilterConfig;
+use wasm_epp::scheduler;
 use wasm_epp::scheduler::prefix::PrefixIndex;
 use wasm_epp::snapshot::{Snapshot, SnapshotId};
 
@@ -112,7 +113,12 @@ impl PickState {
                 snapshot.as_deref(),
                 &self.config,
                 &incoming,
-                |e| self.in_flight_of(&e.host_port()),
+                // Requests only: the baseline counts no prompt bytes still to prefill (the
+                // overhead benchmark's default profile reads neither).
+                |e| scheduler::InFlight {
+                    requests: self.in_flight_of(&e.host_port()),
+                    prefill_bytes: 0,
+                },
                 prefix_index,
                 // No session_id bindings in the baseline.
                 None,

@@ -10,7 +10,7 @@ pub const TYPE: &str = "active-request-scorer";
 
 /// One score per candidate.
 pub fn score(params: &ActiveRequestParams, input: &ScoringInput<'_>) -> Vec<f64> {
-    let count = |i: usize| input.in_flight.get(i).copied().unwrap_or(0);
+    let count = |i: usize| input.in_flight.get(i).map_or(0, |n| n.requests);
     let max = (0..input.endpoints.len()).map(count).max().unwrap_or(0) as f64;
     (0..input.endpoints.len())
         .map(|i| {
@@ -28,7 +28,7 @@ pub fn score(params: &ActiveRequestParams, input: &ScoringInput<'_>) -> Vec<f64>
 mod tests {
     use super::*;
     use crate::scheduler::test_support::{endpoint, input};
-    use crate::scheduler::Request;
+    use crate::scheduler::{InFlight, Request};
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -43,7 +43,10 @@ mod tests {
         let request = Request::default();
         let scoring = ScoringInput {
             prefix: None,
-            in_flight: &[0, 2, 4],
+            in_flight: &[0, 2, 4].map(|requests| InFlight {
+                requests,
+                prefill_bytes: 0,
+            }),
             ..input(&refs, &request)
         };
         assert_eq!(

@@ -11,11 +11,14 @@
 //!
 //! `delay = speed × (prefill + BATCH_COST × load / limit + per_queued × max(0, load + 1 − limit))`
 //!
-//! - `prefill`: [`BASE_COST`] plus the prompt's bytes the server must prefill over
-//!   [`PROMPT_BYTES_PER_TOKEN_TIME`]: all of them, less the share of the prompt's blocks the
-//!   prefix index says the server holds (when the profile has a prefix-cache scorer). So a long
-//!   prompt goes where it is prefilled fastest or is cached, and a short one may take a slow
-//!   server's free slot;
+//! - `prefill`: [`BASE_COST`] plus the prompt bytes the server must prefill before this
+//!   request's first token, over [`PROMPT_BYTES_PER_TOKEN_TIME`]: this prompt's, less the share
+//!   of its blocks the prefix index says the server holds (when the profile has a prefix-cache
+//!   scorer), and those of the requests this proxy sent there that have no first token yet
+//!   (an engine prefills one prompt after another, so a new request waits for the prefills
+//!   ahead of it). So a long prompt goes where it is prefilled fastest or is cached, a short
+//!   one may take a slow server's free slot, and requests keep away from a server busy
+//!   prefilling a long prompt while the others are free;
 //! - `speed`: the controller's moving mean of the server's inter-token-latency histogram
 //!   ([`Metrics::decode_ms_per_token`](crate::snapshot::Metrics::decode_ms_per_token)); a
 //!   server without one is taken at the mean of the candidates that have one (all equal when
@@ -47,7 +50,7 @@
 //!
 //! Per request: one pass over the candidates, no host call.
 
-use crate::scheduler::ScoringInput;
+use crate::scheduler::{uncached_bytes, ScoringInput};
 
 /// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
 pub const TYPE: &str = "expected-delay-scorer";
@@ -90,28 +93,27 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
     let limit = peak as f64;
     let fallback = speeds.get().unwrap_or(1.0);
     let per_queued = lengths.get().map_or(QUEUED_COST, |tokens| tokens / limit);
-    let prompt_cost = input.request.prompt.len() as f64 / PROMPT_BYTES_PER_TOKEN_TIME;
-    let per_block = input
-        .prefix
-        .filter(|p| p.blocks.total > 0)
-        .map(|p| (p, 1.0 / p.blocks.total as f64));
     let mut scores: Vec<f64> = input
         .endpoints
         .iter()
         .enumerate()
         .map(|(i, e)| {
             let metrics = &e.metrics;
-            let in_flight = input.in_flight.get(i).copied().unwrap_or(0);
+            let in_flight = input.in_flight.get(i).copied().unwrap_or_default();
             let reported = metrics
                 .running_requests_size
                 .saturating_add(metrics.waiting_queue_size);
-            let load = in_flight.max(reported) as f64;
+            let load = in_flight.requests.max(reported) as f64;
             let queued = (load + 1.0 - limit).max(0.0);
             let speed = measured(metrics.decode_ms_per_token).unwrap_or(fallback);
-            let cached = per_block.map_or(0.0, |(p, per_block)| {
-                (p.matched_blocks.get(i).copied().unwrap_or(0) as f64 * per_block).min(1.0)
+            let blocks = input.prefix.map(|p| {
+                let matched = p.matched_blocks.get(i).copied().unwrap_or(0);
+                (matched, p.blocks.total)
             });
-            let prefill = BASE_COST + prompt_cost * (1.0 - cached);
+            let own = uncached_bytes(input.request.prompt.len(), blocks);
+            let prefill = BASE_COST
+                + (own.saturating_add(in_flight.prefill_bytes)) as f64
+                    / PROMPT_BYTES_PER_TOKEN_TIME;
             speed * (prefill + BATCH_COST * load / limit + per_queued * queued)
         })
         .collect();
@@ -152,7 +154,7 @@ impl Mean {
 mod tests {
     use super::*;
     use crate::scheduler::test_support::{endpoint, input};
-    use crate::scheduler::Request;
+    use crate::scheduler::{InFlight, Request};
     use crate::snapshot::Endpoint;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -174,6 +176,17 @@ mod tests {
     }
 
     fn scores_for(prompt: &[u8], endpoints: &[Endpoint], in_flight: &[u64]) -> Vec<f64> {
+        let in_flight: Vec<InFlight> = in_flight
+            .iter()
+            .map(|&requests| InFlight {
+                requests,
+                prefill_bytes: 0,
+            })
+            .collect();
+        scores_with(prompt, endpoints, &in_flight)
+    }
+
+    fn scores_with(prompt: &[u8], endpoints: &[Endpoint], in_flight: &[InFlight]) -> Vec<f64> {
         let refs: Vec<_> = endpoints.iter().collect();
         let request = Request {
             prompt,
@@ -294,6 +307,27 @@ mod tests {
         let mut mixed = fleet(192.0);
         mixed[1].metrics.output_tokens_per_request = 0.0;
         assert_eq!(scores(&mixed, &[]), scores(&fleet(192.0), &[]));
+    }
+
+    #[test]
+    fn prompts_still_to_prefill_ahead_add_their_prefill() {
+        // Equal and idle, but this proxy sent the first one a 3,072-byte prompt that has no
+        // first token yet: 25 × (1 + 3 + 2 × 1/8) against 25 × (1 + 2 × 1/8) on the second,
+        // which has a prefilled request.
+        let fleet = [server(1, 0, 25.0), server(2, 0, 25.0)];
+        let in_flight = [
+            InFlight {
+                requests: 1,
+                prefill_bytes: 3072,
+            },
+            InFlight {
+                requests: 1,
+                prefill_bytes: 0,
+            },
+        ];
+        let s = scores_with(&PROMPT, &fleet, &in_flight);
+        assert_eq!(s[1], 1.0);
+        assert!((s[0] - 1.25 / 4.25).abs() < 1e-12, "{s:?}");
     }
 
     #[test]
