@@ -533,15 +533,17 @@ def envoy_stats(envoy: Envoy, pattern: str = "") -> dict[str, int]:
 
 def run_loadgen(ctx: Ctx, procs: Procs, url: str | Sequence[str], args: Sequence[str],
                 label: str, timeout: float = 300.0) -> dict:
-    """Runs `wasm-epp-loadgen --url <url> <args> --label <label> --json ...` to completion and
-    returns its JSON report (see examples/loadgen/README.md). Several URLs are taken in turn,
+    """Runs `wasm-epp-loadgen --url <url> <args> --label <label> --json ... --trace ...` to
+    completion and returns its JSON report (see examples/loadgen/README.md); the per-request
+    trace stays beside it (`bench/traces.py` reads it). Several URLs are taken in turn,
     request by request. Raises on failure."""
     out = procs.dir / f"loadgen-{label}.json"
+    trace = trace_path(procs, label)
     log = procs.dir / f"loadgen-{label}.txt"
     urls = [url] if isinstance(url, str) else list(url)
     url_args = [arg for u in urls for arg in ("--url", u)]
     argv = [str(ctx.bin("wasm-epp-loadgen")), *url_args, *map(str, args), "--label", label,
-            "--json", str(out)]
+            "--json", str(out), "--trace", str(trace)]
     with open(log, "wb") as sink:
         result = subprocess.run(argv, cwd=ctx.repo, stdout=sink, stderr=subprocess.STDOUT,
                                 timeout=timeout, check=False)
@@ -549,6 +551,11 @@ def run_loadgen(ctx: Ctx, procs: Procs, url: str | Sequence[str], args: Sequence
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-5:])
         raise RuntimeError(f"loadgen {label} exited {result.returncode}:\n{tail}")
     return json.loads(out.read_text())
+
+
+def trace_path(procs: Procs, label: str) -> Path:
+    """Where `run_loadgen` leaves the per-request trace of the run labelled `label`."""
+    return procs.dir / f"loadgen-{label}.trace.jsonl"
 
 
 def instance_shares(report: dict, names: Sequence[str]) -> dict[str, float]:

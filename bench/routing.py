@@ -25,7 +25,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from bench import common, peers
+from bench import common, peers, traces
 
 KEY = "routing"
 TITLE = ("Routing quality: round-robin, least-request, the SGLang and vLLM routers and "
@@ -38,7 +38,8 @@ ADAPTERS = [f"adapter-{i}" for i in range(8)]
 # device (`--prefill-stalls-decode`): prefills run one after another and hold up the running
 # requests' next token, as on a GPU without disaggregation, so a prefix-cache miss costs the
 # whole batch and not only its own request.
-SIM_ARGS = ["--max-num-seqs", "8", "--ttft-base-ms", "10", "--prefill-ms-per-token", "0.1",
+BATCH_LIMIT = 8
+SIM_ARGS = ["--max-num-seqs", str(BATCH_LIMIT), "--ttft-base-ms", "10", "--prefill-ms-per-token", "0.1",
             "--itl-ms", "25", "--batch-slowdown", "0.05", "--num-gpu-blocks", "1024",
             "--lora-modules", ",".join(ADAPTERS), "--max-loras", "2", "--lora-load-ms", "100",
             "--prefill-stalls-decode"]
@@ -119,8 +120,9 @@ WORKLOADS = (
     # twice and one four times slower, as mixed GPU generations or a noisy neighbour give):
     # an even split overloads the slowest long before the fleet is busy. The fleet's capacity
     # lies between 8 and 9 requests/s, so the comparison step is 8: at 9, per-request traces
-    # (every request's server, send time and latencies; 20 s steps, this workload's seed)
-    # showed every policy past it, all four servers at their batch limit when 18–62 % of the
+    # (`wasm-epp-loadgen --trace`, read by `bench/traces.py --limit 8`; 20 s steps, this
+    # workload's seed) showed every policy past it, all four servers at their batch limit
+    # when 18–62 % of the
     # requests arrived, and 95–100 % of the requests at or above the TTFT p90 arriving then
     # (wasm-epp 8 runs, vllm-router 3), so the p90 there measured which queue a request joined
     # at a full fleet. At 8, of three runs' 480 requests, none of wasm-epp's arrived at a full
@@ -192,6 +194,7 @@ def run_step(ctx: common.Ctx, procs: common.Procs,
          "--timeout", REQUEST_TIMEOUT_S, "--seed", 7, "--first-index", first_index, *workload.args],
         label, timeout=REQUEST_TIMEOUT_S + requests / rate + 60)
     delta = common.stats_delta(before, common.sims_totals(sims))
+    crowded = traces.summary(traces.read(common.trace_path(procs, label)), BATCH_LIMIT)
     ok = report["ok"]
     return {
         "rate": rate,
@@ -205,6 +208,10 @@ def run_step(ctx: common.Ctx, procs: common.Procs,
         "prefix_hit_rate": common.prefix_hit_rate(delta),
         "lora_loads": sum(d.get("lora_loads_total", 0) for d in delta.values()),
         "spread": _spread({name: d.get("requests_total", 0) for name, d in delta.items()}),
+        # Requests sent while every server had its batch limit in flight, of all and of those
+        # at or above the TTFT p90 (`bench/traces.py`).
+        "full_fleet": {"requests": crowded["at_full_fleet"], "tail": crowded["tail"],
+                       "tail_at_full_fleet": crowded["tail_at_full_fleet"]},
     }
 
 
@@ -430,11 +437,11 @@ def _workload_markdown(workload: Workload, by_policy: dict[str, list[dict]],
                          _q(s, "e2e_ms", "p50"), _q(s, "e2e_ms", "p90"), _q(s, "e2e_ms", "p99"),
                          s["output_tokens_per_s"], f"{100 * s['prefix_hit_rate']:.0f} %",
                          s["lora_loads"], f"{100 * s['spread']['max_share']:.0f} %",
-                         f"{s['spread']['cv']:.2f}"])
+                         f"{s['spread']['cv']:.2f}", _full_fleet(s)])
     table = common.md_table(
         ["policy", "req/s offered", "ok", "TTFT p50", "TTFT p90", "TTFT p99", "e2e p50",
          "e2e p90", "e2e p99", "out tok/s", "prefix hit", "LoRA loads", "busiest server",
-         "spread CV"], rows)
+         "spread CV", "sent to a full fleet: all / p90 tail"], rows)
     repeated = {labels[key]: s["repeats_ttft_p90_ms"] for key, steps in by_policy.items()
                 for s in steps if s.get("repeats_ttft_p90_ms")}
     runs = max((len(p90s) for p90s in repeated.values()), default=0)
@@ -459,6 +466,16 @@ Goodput, SLO TTFT p90 ≤ {workload.slo_ttft_p90_ms:g} ms (≥: within it at eve
 
 ![TTFT p90, {workload.label}]({figure})
 """
+
+
+def _full_fleet(step: dict) -> str:
+    """The step's requests sent while every server was at its batch limit, of all and of its
+    TTFT p90 tail ("–" for a step measured before the traces were read)."""
+    full = step.get("full_fleet")
+    if full is None:
+        return "–"
+    return (f"{100 * full['requests'] / step['requests']:.0f} % / "
+            f"{full['tail_at_full_fleet']} of {full['tail']}")
 
 
 def _repeats_text(quick: bool) -> str:
@@ -502,7 +519,12 @@ Envoy is for the other policies: measured here with 200 sequential requests it a
 
 *busiest server* is the largest share of a step's requests that one server got (25 % is even);
 *spread CV* the coefficient of variation of the requests per server. *out tok/s* divides by the step's wall time including the drain of requests still
-running when the last one was sent, so a policy that builds a backlog shows less.
+running when the last one was sent, so a policy that builds a backlog shows less. *sent to a
+full fleet* counts, from the load generator's per-request trace (`bench/traces.py`), the
+requests sent while every server had its batch limit ({BATCH_LIMIT}) in flight, as the client
+saw them: of all the step's requests, and of those at or above its TTFT p90. Where nearly all of
+the tail was sent to a full fleet, the policies differ only in which queue such a request
+joined; no router could have started it at once.
 """]
     good = goodputs(results)
     for workload in WORKLOADS:

@@ -101,5 +101,15 @@ class GoodputRatiosTest(unittest.TestCase):
         self.assertAlmostEqual(out["shared_prefix_ttft_p90_best_peer_over_epp"], 800 / 500)
 
 
+class FullFleetColumnTest(unittest.TestCase):
+    def test_shows_the_share_of_all_and_the_count_of_the_tail(self) -> None:
+        s = dict(step(9, 1100, 300), requests=180,
+                 full_fleet={"requests": 45, "tail": 19, "tail_at_full_fleet": 18})
+        self.assertEqual(routing._full_fleet(s), "25 % / 18 of 19")
+
+    def test_a_step_measured_without_traces_shows_a_dash(self) -> None:
+        self.assertEqual(routing._full_fleet(step(9, 1100, 300)), "–")
+
+
 if __name__ == "__main__":
     unittest.main()

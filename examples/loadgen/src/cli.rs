@@ -82,6 +82,11 @@ pub struct Cli {
     #[arg(long)]
     pub json: Option<PathBuf>,
 
+    /// Also write one JSON line per request to this file: when it was sent, its prompt
+    /// bytes and max_tokens, the instance that answered, its status, TTFT and latency.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+
     /// Response header naming the server instance that answered.
     #[arg(long, default_value = "x-sim-instance")]
     pub instance_header: HeaderName,

@@ -93,6 +93,11 @@ impl Target {
         }
     }
 
+    /// The `max_tokens` of a request whose plan sets none.
+    pub fn max_tokens(&self) -> u32 {
+        self.max_tokens
+    }
+
     /// The API the target speaks.
     pub fn api(&self) -> Api {
         self.api

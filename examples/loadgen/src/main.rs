@@ -8,6 +8,7 @@ mod prompts;
 mod report;
 mod run;
 mod stats;
+mod trace;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -44,7 +45,7 @@ fn targets(cli: &Cli) -> String {
     urls.join(",")
 }
 
-/// Runs the load, prints the report and writes the JSON file.
+/// Runs the load, prints the report and writes the JSON and trace files.
 async fn load(cli: Cli) -> Result<(), String> {
     let models = if cli.lora.is_empty() {
         vec![cli.model.clone()]
@@ -99,6 +100,11 @@ async fn load(cli: Cli) -> Result<(), String> {
         let json = serde_json::to_string_pretty(&report)
             .map_err(|e| format!("cannot encode the JSON report: {e}"))?;
         tokio::fs::write(path, json + "\n")
+            .await
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &cli.trace {
+        tokio::fs::write(path, trace::lines(&result))
             .await
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }

@@ -135,7 +135,8 @@ impl Report {
     }
 }
 
-fn failure_key(failure: &Failure) -> &'static str {
+/// The error key of `failure` in the report (and the trace).
+pub fn failure_key(failure: &Failure) -> &'static str {
     match failure {
         Failure::Connect(_) => "connect",
         Failure::Timeout => "timeout",
@@ -143,7 +144,8 @@ fn failure_key(failure: &Failure) -> &'static str {
     }
 }
 
-fn millis(d: std::time::Duration) -> f64 {
+/// `d` in milliseconds.
+pub fn millis(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
@@ -289,6 +291,7 @@ mod tests {
                 Err(Failure::Timeout),
                 Err(Failure::Connect("refused".into())),
             ],
+            sent: Vec::new(),
             wall: Duration::from_secs(2),
         }
     }
@@ -359,6 +362,7 @@ sim-b          2   40.0%
     fn text_report_without_responses_or_streaming() {
         let result = RunResult {
             outcomes: vec![Err(Failure::Transport("reset".into()))],
+            sent: Vec::new(),
             wall: Duration::from_millis(5),
         };
         let text = Report::new(setup(false, Some(2.5)), &result).to_string();

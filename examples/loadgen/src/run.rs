@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::task::{JoinError, JoinSet};
 
 use crate::client::{Failure, Outcome, Target};
 use crate::prompts::Workload;
@@ -20,11 +20,27 @@ pub struct Load {
     pub rate: Option<f64>,
 }
 
+/// A request as it was sent.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sent {
+    /// Its number in this run, from 0.
+    pub index: u32,
+    /// When it was started, from the run's start (it is sent as soon as its prompt is made).
+    pub at: Duration,
+    /// Bytes of its prompt (or user message).
+    pub prompt_bytes: usize,
+    /// Its `max_tokens`.
+    pub max_tokens: u32,
+}
+
 /// Every request's outcome (in completion order) and the wall time.
 #[derive(Debug)]
 pub struct RunResult {
     /// One outcome per request sent.
     pub outcomes: Vec<Outcome>,
+    /// The requests as sent, in the order of `outcomes` (`None` for a request whose task
+    /// failed).
+    pub sent: Vec<Option<Sent>>,
     /// From the first request start to the last response.
     pub wall: Duration,
 }
@@ -36,6 +52,7 @@ pub async fn run(target: Arc<Target>, workload: Arc<Workload>, load: Load) -> Ru
     let slots = Arc::new(Semaphore::new(load.concurrency as usize));
     let mut tasks = JoinSet::new();
     let mut outcomes = Vec::with_capacity(load.requests as usize);
+    let mut sent = Vec::with_capacity(load.requests as usize);
     let start = Instant::now();
     for index in 0..load.requests {
         if let Some(rate) = load.rate {
@@ -47,25 +64,49 @@ pub async fn run(target: Arc<Target>, workload: Arc<Workload>, load: Load) -> Ru
             break;
         };
         let (target, workload) = (target.clone(), workload.clone());
+        let at = start.elapsed();
         tasks.spawn(async move {
-            let outcome = target.send(&workload.plan(index), index).await;
+            let plan = workload.plan(index);
+            let request = Sent {
+                index,
+                at,
+                prompt_bytes: plan.prompt.len(),
+                max_tokens: plan.max_tokens.unwrap_or(target.max_tokens()),
+            };
+            let outcome = target.send(&plan, index).await;
             drop(slot);
-            outcome
+            (request, outcome)
         });
         // Collect finished tasks as we go so the set stays small.
         while let Some(done) = tasks.try_join_next() {
-            outcomes.push(joined(done));
+            record(&mut sent, &mut outcomes, done);
         }
     }
     while let Some(done) = tasks.join_next().await {
-        outcomes.push(joined(done));
+        record(&mut sent, &mut outcomes, done);
     }
     RunResult {
         outcomes,
+        sent,
         wall: start.elapsed(),
     }
 }
 
-fn joined(done: Result<Outcome, tokio::task::JoinError>) -> Outcome {
-    done.unwrap_or_else(|e| Err(Failure::Transport(format!("request task failed: {e}"))))
+/// Records a finished task: its request and its outcome (a task that failed, which `send`
+/// never makes one do, as a transport failure of an unknown request).
+fn record(
+    sent: &mut Vec<Option<Sent>>,
+    outcomes: &mut Vec<Outcome>,
+    done: Result<(Sent, Outcome), JoinError>,
+) {
+    match done {
+        Ok((request, outcome)) => {
+            sent.push(Some(request));
+            outcomes.push(outcome);
+        }
+        Err(e) => {
+            sent.push(None);
+            outcomes.push(Err(Failure::Transport(format!("request task failed: {e}"))));
+        }
+    }
 }

@@ -76,6 +76,8 @@ fn counts_requests_per_instance() {
     let json_path =
         std::env::temp_dir().join(format!("wasm-epp-loadgen-test-{}.json", std::process::id()));
     let json_arg = json_path.to_str().expect("utf-8 temp path");
+    let trace_path = json_path.with_extension("trace.jsonl");
+    let trace_arg = trace_path.to_str().expect("utf-8 temp path");
     let out = loadgen(&[
         "--url",
         &url,
@@ -87,6 +89,8 @@ fn counts_requests_per_instance() {
         "it",
         "--json",
         json_arg,
+        "--trace",
+        trace_arg,
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -124,6 +128,28 @@ fn counts_requests_per_instance() {
     );
     assert!(report["latency_ms"]["p99"].as_f64().is_some());
     assert!(report["ttft_ms"].is_null());
+
+    // The trace: one line per request, each request once, with its server and latency.
+    let trace = std::fs::read_to_string(&trace_path).expect("trace written");
+    let _ = std::fs::remove_file(&trace_path);
+    let lines: Vec<Value> = trace
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let mut indexes: Vec<u64> = lines.iter().filter_map(|l| l["index"].as_u64()).collect();
+    indexes.sort_unstable();
+    assert_eq!(indexes, (0..20).collect::<Vec<u64>>());
+    for line in &lines {
+        assert_eq!(line["status"], 200, "{line}");
+        assert!(["sim-a", "sim-b"].contains(&line["instance"].as_str().unwrap_or("")));
+        assert!(
+            line["latency_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+            "{line}"
+        );
+        assert_eq!(line["max_tokens"], 16, "{line}");
+        assert_eq!(line["prompt_bytes"], 1024, "{line}");
+        assert!(line["sent_s"].as_f64().is_some_and(|s| s >= 0.0), "{line}");
+    }
 }
 
 #[test]
