@@ -122,11 +122,11 @@ WORKLOADS = (
     # lies between 8 and 9 requests/s, so the comparison step is 8: at 9, per-request traces
     # (`wasm-epp-loadgen --trace`, read by `bench/traces.py --limit 8`; 20 s steps, this
     # workload's seed) showed every policy past it, all four servers at their batch limit
-    # when 18–62 % of the
-    # requests arrived, and 95–100 % of the requests at or above the TTFT p90 arriving then
-    # (wasm-epp 8 runs, vllm-router 3), so the p90 there measured which queue a request joined
-    # at a full fleet. At 8, of three runs' 480 requests, none of wasm-epp's arrived at a full
-    # fleet, 4 of vllm-router's and 14 of sglang-router's.
+    # when 18–62 % of the requests arrived and 84–100 % of the requests at or above the TTFT
+    # p90 arriving then (the shipped profile 5 runs, vllm-router 3), so the p90 there measured
+    # which queue a request joined at a full fleet. At 8, of three runs' 480 requests, none of
+    # the shipped profile's arrived at a full fleet, 4 of vllm-router's and 14 of
+    # sglang-router's.
     Workload("heterogeneous", "heterogeneous fleet (servers 1×, 1×, 2×, 4× slower), "
              "ShareGPT-like",
              ("--length-dist", "sharegpt", "--prompt-bytes", "1024", "--max-tokens", "48"),
