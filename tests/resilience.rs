@@ -24,13 +24,16 @@ use wasm_epp::snapshot::{Endpoint, Snapshot};
 /// once, later ones after a pause, like a long-poll that found something new). Stops when
 /// dropped, or after a minute.
 struct HostileController {
+    /// The port it listens on (chosen by the OS at bind, so no other test can take it first).
+    port: u16,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl HostileController {
-    fn serve(port: u16, snapshot: &Snapshot) -> HostileController {
-        let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind the fake controller");
+    fn serve(snapshot: &Snapshot) -> HostileController {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind the fake controller");
+        let port = listener.local_addr().expect("its address").port();
         listener.set_nonblocking(true).expect("nonblocking");
         let body = snapshot.to_json();
         let stop = Arc::new(AtomicBool::new(false));
@@ -66,6 +69,7 @@ impl HostileController {
             }
         });
         HostileController {
+            port,
             stop,
             thread: Some(thread),
         }
@@ -112,8 +116,8 @@ fn the_real_controller_takes_over_from(version: u64) {
         Sim::start(&scratch, "old", &[]),
         Sim::start(&scratch, "new", &[]),
     );
-    let (port, admin_port) = (free_port(), free_port());
-    let fake = HostileController::serve(port, &snapshot_of(&old, "fake", version));
+    let fake = HostileController::serve(&snapshot_of(&old, "fake", version));
+    let (port, admin_port) = (fake.port, free_port());
     let envoy = Envoy::start(
         &scratch,
         EnvoyOptions {
