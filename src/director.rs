@@ -6,11 +6,13 @@
 use crate::admission;
 use crate::decision_header;
 use crate::errors::InferenceError;
+use crate::flow_control::shortest_job_first_ordering_policy::expected_output_tokens;
 use crate::phases::{Phase, PhaseTimer, Phases};
 use crate::plugin_config::FilterConfig;
 use crate::request::{self, Api};
 use crate::rewrite;
 use crate::scheduler::disaggregation::{self, ENCODER_HEADER, PREFILLER_HEADER};
+use crate::scheduler::filters::concurrency_detector;
 use crate::scheduler::prefix::PrefixIndex;
 use crate::scheduler::profile::{ScorerSpec, SessionAffinityParams, SessionStrategy};
 use crate::scheduler::rng::Rng;
@@ -182,7 +184,17 @@ pub enum Outcome {
     Reject(InferenceError),
     /// Flow control: the pool is saturated (or others wait ahead); wait in the band of this
     /// priority.
-    Wait(i32),
+    Wait(Wait),
+}
+
+/// Where a request waits in flow control, and what its band's ordering needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    /// The band: the request's priority.
+    pub priority: i32,
+    /// Its expected output tokens
+    /// ([`expected_output_tokens`](crate::flow_control::shortest_job_first_ordering_policy::expected_output_tokens)).
+    pub output_tokens: u64,
 }
 
 /// A scheduled request, or one that waits. Returned once per decision and unwrapped at once,
@@ -190,7 +202,7 @@ pub enum Outcome {
 #[allow(clippy::large_enum_variant)]
 enum Routed {
     Go(Route),
-    Wait(i32),
+    Wait(Wait),
 }
 
 /// Per-worker decision state: the random generator for tie-breaks and weighted choices, and
@@ -224,7 +236,7 @@ impl Director {
     }
 
     /// Decides one request. `in_flight` reports what this proxy has in flight to an endpoint
-    /// (only asked when a scorer needs it); `prefix_index` is this worker's prefix index;
+    /// (only asked when a scorer or the concurrency detector needs it); `prefix_index` is this worker's prefix index;
     /// `sessions` holds the `session_id` strategy's bindings (`None`: nothing is bound).
     pub fn decide(
         &mut self,
@@ -254,7 +266,7 @@ impl Director {
         self.timer.mark(Phase::Score);
         match routed {
             Ok(Routed::Go(route)) => Outcome::Route(route),
-            Ok(Routed::Wait(priority)) => Outcome::Wait(priority),
+            Ok(Routed::Wait(wait)) => Outcome::Wait(wait),
             Err(e) => Outcome::Reject(e),
         }
     }
@@ -306,11 +318,19 @@ impl Director {
         if priority < 0 || flow_control.is_some() {
             // A pass over the candidates' metrics, only for a sheddable request or with flow
             // control on.
-            let saturation = admission::saturation(
-                &snapshot.profile.saturation_detector,
-                endpoints.iter().copied(),
-                metrics_unix_ms,
-            );
+            let saturation = match &snapshot.profile.concurrency_detector {
+                // This proxy's in-flight counts: in memory, no host call.
+                Some(params) => concurrency_detector::saturation(
+                    params,
+                    endpoints.len(),
+                    endpoints.iter().map(|e| in_flight(e).requests).sum(),
+                ),
+                None => admission::saturation(
+                    &snapshot.profile.saturation_detector,
+                    endpoints.iter().copied(),
+                    metrics_unix_ms,
+                ),
+            };
             if !incoming.flow.released {
                 // A sheddable request is shed while the pool is saturated, flow control or not.
                 admission::admit(priority, saturation)?;
@@ -319,7 +339,10 @@ impl Director {
                         || incoming.flow.waiting_top.is_some_and(|top| top >= priority)
                 });
                 if waits {
-                    return Ok(Routed::Wait(priority));
+                    return Ok(Routed::Wait(Wait {
+                        priority,
+                        output_tokens: expected_output_tokens(parsed.max_output_tokens, &endpoints),
+                    }));
                 }
             }
         }
@@ -456,6 +479,7 @@ fn uses(snapshot: &Snapshot, which: impl Fn(&ScorerSpec) -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::filters::concurrency_detector::ConcurrencyParams;
     use crate::scheduler::prefix::PrefixIndex;
     use crate::scheduler::profile::{ActiveRequestParams, PickerSpec, Profile, WeightedScorer};
     use crate::scheduler::test_support::endpoint;
@@ -877,6 +901,48 @@ mod tests {
         );
     }
 
+    /// A wait in the band of `priority` for the test completion (no token limit, and its
+    /// endpoints report no request lengths).
+    fn wait(priority: i32) -> Outcome {
+        Outcome::Wait(Wait {
+            priority,
+            output_tokens: u64::MAX,
+        })
+    }
+
+    #[test]
+    fn the_concurrency_detector_holds_requests_by_this_proxys_in_flight_counts() {
+        // Scraped idle; this proxy has 3 requests in flight to each of two endpoints of 4 slots.
+        let mut s = snapshot(vec![endpoint(1, 0, 0.0), endpoint(2, 0, 0.0)]);
+        s.profile.flow_control = Some(Default::default());
+        s.profile.concurrency_detector = Some(ConcurrencyParams { max_concurrency: 4 });
+        let body = br#"{"model":"m","prompt":"hi","max_tokens":12}"#;
+        let incoming = Incoming {
+            body: Some(body),
+            ..completion()
+        };
+        let decide_with = |requests| {
+            Director::new(1).decide(
+                Some(&s),
+                &FilterConfig::default(),
+                &incoming,
+                |_| InFlight {
+                    requests,
+                    prefill_bytes: 0,
+                },
+                &mut PrefixIndex::new(64),
+                None,
+            )
+        };
+        assert!(matches!(decide_with(3), Outcome::Route(_)));
+        // Every slot taken: the request waits, with its own token limit as its length.
+        let expected = Outcome::Wait(Wait {
+            priority: 0,
+            output_tokens: 12,
+        });
+        assert_eq!(decide_with(4), expected);
+    }
+
     #[test]
     fn flow_control_holds_requests_while_saturated_or_behind_others() {
         let fresh = |i, waiting| {
@@ -898,7 +964,7 @@ mod tests {
             Outcome::Route(_)
         ));
         s.profile.flow_control = Some(Default::default());
-        assert_eq!(decide(Some(&s), &config, &chat), Outcome::Wait(2));
+        assert_eq!(decide(Some(&s), &config, &chat), wait(2));
         // A sheddable request keeps legacy admission's 429.
         let batch = Incoming {
             objective: Some("batch"),
@@ -930,7 +996,7 @@ mod tests {
             },
             ..chat
         };
-        assert_eq!(decide(Some(&s), &config, &behind(2)), Outcome::Wait(2));
+        assert_eq!(decide(Some(&s), &config, &behind(2)), wait(2));
         assert!(matches!(
             decide(Some(&s), &config, &behind(1)),
             Outcome::Route(_)

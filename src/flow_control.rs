@@ -1,11 +1,12 @@
 //! Flow control inside the proxy (upstream's `flowControl` feature gate): while the pool is
 //! saturated, requests wait in this worker's queue, one band per priority, instead of being
-//! sent to overloaded servers; they are released highest band first, oldest first, as
-//! capacity frees; a request that waits past its TTL, or that the bounded queue has no room
-//! for, is answered with upstream's error.
+//! sent to overloaded servers; they are released highest band first, in the band's
+//! [`Ordering`] (oldest first by default), as capacity frees; a request that waits past its
+//! TTL, or that the bounded queue has no room for, is answered with upstream's error.
 //!
 //! Plain Rust: the shim parks the streams and resumes them. What is pool-wide:
-//! - *saturation* comes from the snapshot's metrics, which every worker shares;
+//! - *saturation* comes from the snapshot's metrics, which every worker shares, or with a
+//!   `concurrency-detector` from the proxy's in-flight counts, which every worker keeps;
 //! - *priority* across workers: each worker publishes its waiting bands on a small board in
 //!   shared data ([`Board`], one key, written when its bands change and refreshed while it
 //!   waits); a worker releases a band only when no other worker has a higher one waiting;
@@ -16,9 +17,13 @@
 //! the estimate keeps one refresh from releasing the whole queue at once (upstream releases
 //! on its scraped metrics alone).
 
+pub mod shortest_job_first_ordering_policy;
+
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
+
+use self::shortest_job_first_ordering_policy::SjfParams;
 
 use crate::errors::InferenceError;
 use crate::shared_data::SharedStore;
@@ -61,7 +66,7 @@ impl Default for FlowControl {
     }
 }
 
-/// One band's limits.
+/// One band's limits and ordering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct BandLimits {
@@ -71,6 +76,21 @@ pub struct BandLimits {
     pub max_requests: u64,
     /// Body bytes waiting at most (0: unlimited).
     pub max_bytes: u64,
+    /// Which waiting request of the band goes next.
+    pub ordering: Ordering,
+}
+
+/// A band's ordering policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Ordering {
+    /// `fcfs-ordering-policy`: oldest first.
+    #[default]
+    #[serde(rename = "fcfs-ordering-policy")]
+    Fcfs,
+    /// `shortest-job-first-ordering-policy`: fewest expected output tokens first.
+    #[serde(rename = "shortest-job-first-ordering-policy")]
+    ShortestJobFirst(SjfParams),
 }
 
 impl Default for BandLimits {
@@ -79,6 +99,7 @@ impl Default for BandLimits {
             priority: 0,
             max_requests: 5_000,
             max_bytes: 1_000_000_000,
+            ordering: Ordering::Fcfs,
         }
     }
 }
@@ -115,6 +136,9 @@ pub struct Waiting {
     pub since_ms: u64,
     /// Its body's size.
     pub bytes: u64,
+    /// Its expected output tokens, for
+    /// [`shortest_job_first_ordering_policy::expected_output_tokens`].
+    pub output_tokens: u64,
 }
 
 #[derive(Debug, Default)]
@@ -245,16 +269,17 @@ impl FlowQueue {
         expired
     }
 
-    /// Takes the requests to release now, highest band first and oldest first within a band:
-    /// while the estimated saturation stays below the ceiling and no other worker has a higher
-    /// band waiting (`others_top`). `saturation` is the pool's by the metrics; `step` what one
-    /// released request adds to it until the metrics see it.
+    /// Takes the requests to release at `now_ms`, highest band first and within a band in its
+    /// ordering: while the estimated saturation stays below the ceiling and no other worker
+    /// has a higher band waiting (`others_top`). `saturation` is the pool's by the detector;
+    /// `step` what one released request adds to it until the detector sees it.
     pub fn release(
         &mut self,
         config: &FlowControl,
         saturation: f64,
         step: f64,
         others_top: Option<i32>,
+        now_ms: u64,
     ) -> Vec<(i32, Waiting)> {
         let mut released = Vec::new();
         while let Some(priority) = self.top() {
@@ -265,7 +290,14 @@ impl FlowQueue {
             if estimate >= config.usage_threshold {
                 break;
             }
-            if let Some(w) = self.take(priority, 0) {
+            let at = match config.band(priority).ordering {
+                Ordering::Fcfs => 0,
+                Ordering::ShortestJobFirst(params) => self.bands.get(&priority).map_or(0, |b| {
+                    shortest_job_first_ordering_policy::next(&params, &b.waiting, now_ms)
+                        .unwrap_or(0)
+                }),
+            };
+            if let Some(w) = self.take(priority, at) {
                 self.released_unseen += 1;
                 released.push((priority, w));
             }

@@ -67,10 +67,13 @@ pub struct InferenceRequest<'a> {
     pub prompt: Cow<'a, [u8]>,
     /// The body's `cache_salt`, mixed into the prefix hashes.
     pub cache_salt: Cow<'a, str>,
+    /// The most output tokens the client asks for: `max_completion_tokens`, else
+    /// `max_tokens`, else `max_output_tokens` (Responses), when a non-negative integer.
+    pub max_output_tokens: Option<u64>,
 }
 
 /// Top-level fields any API reads; the rest of the body is skipped (still validated).
-const FIELDS: [&str; 9] = [
+const FIELDS: [&str; 12] = [
     "model",
     "stream",
     "cache_salt",
@@ -80,6 +83,9 @@ const FIELDS: [&str; 9] = [
     "instructions",
     "tools",
     "system",
+    "max_completion_tokens",
+    "max_tokens",
+    "max_output_tokens",
 ];
 
 /// Parses a complete request body for the given API: one pass over the body that keeps only
@@ -96,7 +102,7 @@ pub fn parse(api: Api, body: &[u8]) -> Result<InferenceRequest<'_>, InferenceErr
             e.valid_up_to()
         ))
     })?;
-    let [model, stream, cache_salt, prompt, messages, input, instructions, tools, system] =
+    let [model, stream, cache_salt, prompt, messages, input, instructions, tools, system, max_completion_tokens, max_tokens, max_output_tokens] =
         fields(body, &FIELDS).map_err(|e| {
             let why = if e.is_data() {
                 "not a JSON object".to_string()
@@ -162,6 +168,10 @@ pub fn parse(api: Api, body: &[u8]) -> Result<InferenceRequest<'_>, InferenceErr
         stream: stream.is_some_and(|raw| raw.get() == "true"),
         prompt,
         cache_salt: cache_salt.and_then(text).unwrap_or_default(),
+        max_output_tokens: [max_completion_tokens, max_tokens, max_output_tokens]
+            .into_iter()
+            .flatten()
+            .find_map(|raw| raw.get().parse().ok()),
     })
 }
 
@@ -470,6 +480,26 @@ mod tests {
             bad_request(parse(Api::Completions, br#"{"model":"m","prompt":[true]}"#))
                 .contains("must have prompt field")
         );
+    }
+
+    #[test]
+    fn the_output_token_limit_is_read_from_any_api_field() {
+        let limit = |api, body: &[u8]| parse(api, body).unwrap().max_output_tokens;
+        let chat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":7,"max_completion_tokens":9}"#;
+        assert_eq!(limit(Api::ChatCompletions, chat), Some(9));
+        let completion = br#"{"model":"m","prompt":"p","max_tokens":48}"#;
+        assert_eq!(limit(Api::Completions, completion), Some(48));
+        let responses = br#"{"model":"m","input":"p","max_output_tokens":300}"#;
+        assert_eq!(limit(Api::Responses, responses), Some(300));
+        // Not a non-negative integer, or absent: unknown.
+        for body in [
+            &br#"{"model":"m","prompt":"p","max_tokens":"48"}"#[..],
+            br#"{"model":"m","prompt":"p","max_tokens":-1}"#,
+            br#"{"model":"m","prompt":"p","max_tokens":null}"#,
+            br#"{"model":"m","prompt":"p"}"#,
+        ] {
+            assert_eq!(limit(Api::Completions, body), None);
+        }
     }
 
     #[test]

@@ -221,3 +221,77 @@ fn scenario(workers: u32) {
     let reply = fleet.envoy.complete("straight through", &[]);
     assert_eq!(reply.status, 200, "{}", reply.body);
 }
+
+const SHORTEST_FIRST: &str = "\
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: concurrency-detector
+  parameters: {maxConcurrency: 1}
+- type: file-discovery
+  parameters: {path: \"{ENDPOINTS}\"}
+flowControl:
+  defaultRequestTTL: 20s
+  defaultPriorityBand: {orderingPolicyRef: shortest-job-first-ordering-policy}
+dataLayer:
+  discovery: {pluginRef: file-discovery}
+";
+
+/// With the `concurrency-detector` the pool is full as soon as this proxy has
+/// `maxConcurrency` requests in flight per server, whatever the servers last reported; the
+/// requests beyond wait in Envoy, and a `shortest-job-first-ordering-policy` band releases the
+/// one asking for the fewest output tokens first (first come, first served would release them
+/// in the order sent).
+#[test]
+fn in_flight_requests_fill_the_pool_and_the_shortest_job_goes_first() {
+    let slow: &[&str] = &["--ttft-base-ms", "400"];
+    let fleet = fleet_from(
+        "flow-control-sjf",
+        FleetSpec {
+            sims: &[("a", slow)],
+            config: Some(SHORTEST_FIRST),
+            ..FleetSpec::default()
+        },
+    );
+    fleet.envoy.wait_for_snapshot();
+    let (done, finished) = mpsc::channel::<(String, u16)>();
+    let send = |name: &str, max_tokens: u32| {
+        let url = fleet.envoy.url("/v1/completions");
+        let done = done.clone();
+        let name = name.to_string();
+        let body = serde_json::json!({
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "prompt": unique(&name),
+            "max_tokens": max_tokens,
+        })
+        .to_string();
+        thread::spawn(move || {
+            let reply = post(&url, &body, &[]);
+            let _ = done.send((name, reply.status));
+        });
+    };
+    // The first takes the server's one slot (the scraped metrics still say idle).
+    send("first", 1);
+    thread::sleep(Duration::from_millis(100));
+    for (i, (name, max_tokens)) in [("long", 40), ("medium", 20), ("short", 2)]
+        .into_iter()
+        .enumerate()
+    {
+        send(name, max_tokens);
+        wait_queued(&fleet, "0", (i + 1) as f64);
+    }
+    let names: Vec<String> = (0..4)
+        .map(|_| {
+            let (name, status) = finished
+                .recv_timeout(Duration::from_secs(20))
+                .expect("a waiting request was never released");
+            assert_eq!(status, 200, "{name}");
+            name
+        })
+        .collect();
+    assert_eq!(names, ["first", "short", "medium", "long"]);
+    assert_eq!(outcomes(&fleet, "0", "Dispatched"), 3.0);
+    assert_eq!(queued(&fleet, "0"), 0.0);
+}

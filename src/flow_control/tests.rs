@@ -1,3 +1,4 @@
+use super::shortest_job_first_ordering_policy::SjfParams;
 use super::*;
 use crate::shared_data::fake::Host;
 #[cfg(target_arch = "wasm32")]
@@ -8,6 +9,7 @@ fn waiting(id: u32, since_ms: u64) -> Waiting {
         id,
         since_ms,
         bytes: 10,
+        output_tokens: 0,
     }
 }
 
@@ -26,18 +28,59 @@ fn releases_the_highest_band_first_and_oldest_first_while_below_the_ceiling() {
     }
     assert_eq!(queue.top(), Some(5));
     // Saturated: nothing goes.
-    assert!(queue.release(&config, 1.0, 0.1, None).is_empty());
+    assert!(queue.release(&config, 1.0, 0.1, None, 0).is_empty());
     // Room for three (0.7, 0.8, 0.9 are below 1.0; the fourth would start at 1.0).
-    let released = queue.release(&config, 0.7, 0.1, None);
+    let released = queue.release(&config, 0.7, 0.1, None, 0);
     assert_eq!(ids(&released), [3, 5, 1]);
     assert_eq!(released[0].0, 5);
     // The released ones count until the metrics see them or they finish.
-    assert!(queue.release(&config, 0.7, 0.1, None).is_empty());
+    assert!(queue.release(&config, 0.7, 0.1, None, 0).is_empty());
     queue.released_finished();
-    assert_eq!(ids(&queue.release(&config, 0.7, 0.1, None)), [4]);
+    assert_eq!(ids(&queue.release(&config, 0.7, 0.1, None, 0)), [4]);
     queue.metrics_changed();
-    assert_eq!(ids(&queue.release(&config, 0.0, 0.1, None)), [2]);
+    assert_eq!(ids(&queue.release(&config, 0.0, 0.1, None, 0)), [2]);
     assert!(queue.is_empty());
+}
+
+#[test]
+fn a_shortest_job_first_band_releases_the_fewest_expected_tokens_first() {
+    let sjf = Ordering::ShortestJobFirst(SjfParams { max_wait_ms: 1_000 });
+    let config = FlowControl {
+        priority_bands: vec![BandLimits {
+            priority: 1,
+            ordering: sjf,
+            ..BandLimits::default()
+        }],
+        ..FlowControl::default()
+    };
+    let mut queue = FlowQueue::default();
+    let none = Summary::new();
+    for (id, priority, since_ms, output_tokens) in [
+        (1, 1, 100, 300),
+        (2, 1, 200, 20),
+        (3, 1, 300, 90),
+        (4, 0, 100, 300),
+        (5, 0, 200, 20),
+    ] {
+        let w = Waiting {
+            output_tokens,
+            ..waiting(id, since_ms)
+        };
+        queue.enqueue(&config, &none, priority, w).unwrap();
+    }
+    // Band 1 orders by length; the default band stays first come, first served.
+    let released = queue.release(&config, 0.0, 0.25, None, 500);
+    assert_eq!(ids(&released), [2, 3, 1, 4]);
+    // Once the oldest has waited `maxWait`, it goes first.
+    let mut queue = FlowQueue::default();
+    for (id, since_ms, output_tokens) in [(1, 100, 300), (2, 200, 20)] {
+        let w = Waiting {
+            output_tokens,
+            ..waiting(id, since_ms)
+        };
+        queue.enqueue(&config, &none, 1, w).unwrap();
+    }
+    assert_eq!(ids(&queue.release(&config, 0.0, 0.5, None, 1_100)), [1, 2]);
 }
 
 #[test]
@@ -51,10 +94,10 @@ fn a_higher_band_waiting_at_another_worker_holds_the_lower_ones_here() {
         .enqueue(&config, &Summary::new(), 3, waiting(2, 0))
         .unwrap();
     // Another worker has priority 2 waiting: this worker's 3 goes, its 0 waits.
-    assert_eq!(ids(&queue.release(&config, 0.0, 0.0, Some(2))), [2]);
+    assert_eq!(ids(&queue.release(&config, 0.0, 0.0, Some(2), 0)), [2]);
     assert_eq!(queue.top(), Some(0));
-    assert!(queue.release(&config, 0.0, 0.0, Some(1)).is_empty());
-    assert_eq!(ids(&queue.release(&config, 0.0, 0.0, Some(0))), [1]);
+    assert!(queue.release(&config, 0.0, 0.0, Some(1), 0).is_empty());
+    assert_eq!(ids(&queue.release(&config, 0.0, 0.0, Some(0), 0)), [1]);
 }
 
 #[test]
@@ -93,11 +136,13 @@ fn limits_count_the_band_the_whole_queue_and_the_other_workers() {
             priority: 1,
             max_requests: 2,
             max_bytes: 0,
+            ordering: Ordering::Fcfs,
         }],
         default_negative_band: BandLimits {
             priority: 0,
             max_requests: 1,
             max_bytes: 0,
+            ordering: Ordering::Fcfs,
         },
         ..FlowControl::default()
     };

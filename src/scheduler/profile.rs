@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::disaggregation::Disaggregation;
+use super::filters::concurrency_detector::ConcurrencyParams;
 use super::filters::{decode_filter, label_selector_filter, prefill_filter, utilization_detector};
 use super::pickers::{max_score_picker, random_picker, weighted_random_picker};
 use super::scorers::{
@@ -35,6 +36,11 @@ pub struct Profile {
     /// pool is saturated); upstream's default `utilization-detector`.
     #[serde(default)]
     pub saturation_detector: UtilizationParams,
+    /// When the configured saturation detector is a `concurrency-detector`: the pool's
+    /// saturation comes from this proxy's requests in flight instead of
+    /// [`saturation_detector`](Self::saturation_detector)'s metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_detector: Option<ConcurrencyParams>,
     /// The prefill stage, when this is the decode profile of a `disagg-profile-handler`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disaggregation: Option<Box<Disaggregation>>,
@@ -332,6 +338,7 @@ impl Default for Profile {
                 max_num_of_endpoints: 1,
             },
             saturation_detector: UtilizationParams::default(),
+            concurrency_detector: None,
             disaggregation: None,
             flow_control: None,
         }

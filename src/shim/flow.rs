@@ -22,8 +22,10 @@ use super::http::Stream;
 use super::shared::{now_unix_ms, SharedHost};
 use super::worker::Worker;
 use crate::admission;
+use crate::director::Wait;
 use crate::errors::InferenceError;
 use crate::flow_control::{self, Board, FlowControl, FlowQueue, Others, Waiting};
+use crate::scheduler::filters::concurrency_detector;
 use crate::snapshot::Snapshot;
 
 /// The tick period while requests wait: how often waits are checked for their TTL and the
@@ -133,10 +135,12 @@ impl Flow {
     }
 
     /// One release turn: the streams to answer (with their error) or to release (`None`).
+    /// `in_flight`: the proxy's requests in flight to the snapshot's endpoints.
     fn turn(
         &mut self,
         snapshot: &Snapshot,
         now_ms: u64,
+        in_flight: u64,
     ) -> Vec<(Rc<RefCell<Stream>>, Option<InferenceError>)> {
         let mut out = Vec::new();
         if self.idle() {
@@ -169,13 +173,33 @@ impl Flow {
                 out.push((stream, Some(flow_control::expired_error(pool_empty))));
             }
         }
-        let detector = &snapshot.profile.saturation_detector;
-        let saturation =
-            admission::saturation(detector, endpoints.iter(), snapshot.metrics_clock(now_ms));
-        // A released request is assumed to wait in some server's queue until the metrics see
-        // it: it adds 1 / (queue threshold × endpoints) to the average.
-        let step = 1.0 / (detector.queue_depth_threshold.max(1.0) * endpoints.len().max(1) as f64);
-        for (priority, waiting) in self.queue.release(config, saturation, step, others_top) {
+        let (saturation, step) = match &snapshot.profile.concurrency_detector {
+            Some(params) => {
+                // The in-flight counts see every request released before this turn.
+                self.queue.metrics_changed();
+                (
+                    concurrency_detector::saturation(params, endpoints.len(), in_flight),
+                    concurrency_detector::step(params, endpoints.len()),
+                )
+            }
+            None => {
+                let detector = &snapshot.profile.saturation_detector;
+                let saturation = admission::saturation(
+                    detector,
+                    endpoints.iter(),
+                    snapshot.metrics_clock(now_ms),
+                );
+                // A released request is assumed to wait in some server's queue until the
+                // metrics see it: it adds 1 / (queue threshold × endpoints) to the average.
+                let step =
+                    1.0 / (detector.queue_depth_threshold.max(1.0) * endpoints.len().max(1) as f64);
+                (saturation, step)
+            }
+        };
+        let released = self
+            .queue
+            .release(config, saturation, step, others_top, now_ms);
+        for (priority, waiting) in released {
             if let Some(stream) = self.leave(priority, waiting, DISPATCHED, now_ms) {
                 out.push((stream, None));
             }
@@ -203,13 +227,14 @@ impl Flow {
     }
 }
 
-/// Parks the request `id` of `stream` at `priority` in its worker's queue (`bytes`: its body
-/// size; `now_ns`: its decision's clock read); the error to answer when there is no room.
+/// Parks the request `id` of `stream` in its worker's queue, in the band and with the length
+/// of `wait` (`bytes`: its body size; `now_ns`: its decision's clock read); the error to answer
+/// when there is no room.
 pub fn park(
     worker: &Rc<RefCell<Worker>>,
     stream: Rc<RefCell<Stream>>,
     id: u32,
-    priority: i32,
+    wait: Wait,
     bytes: u64,
     now_ns: u64,
 ) -> Result<(), InferenceError> {
@@ -223,9 +248,10 @@ pub fn park(
         id,
         since_ms: now_ns / 1_000_000,
         bytes,
+        output_tokens: wait.output_tokens,
     };
     let flow = worker.flow();
-    flow.park(&config, stream, id, priority, waiting)?;
+    flow.park(&config, stream, id, wait.priority, waiting)?;
     if !flow.fast_tick {
         flow.fast_tick = true;
         // A host call, once per change of pace.
@@ -247,7 +273,12 @@ pub fn turn(worker: &Rc<RefCell<Worker>>) {
         if worker.flow().idle() {
             return;
         }
-        worker.flow().turn(&snapshot, now_unix_ms())
+        let in_flight = if snapshot.profile.concurrency_detector.is_some() {
+            worker.in_flight_to(&snapshot.endpoints)
+        } else {
+            0
+        };
+        worker.flow().turn(&snapshot, now_unix_ms(), in_flight)
     };
     for (stream, error) in streams {
         let Ok(mut stream) = stream.try_borrow_mut() else {

@@ -142,10 +142,10 @@ impl Stream {
             let mut worker = self.worker.borrow_mut();
             worker.decide(&incoming, started_ns)
         };
-        if let Outcome::Wait(priority) = outcome {
+        if let Outcome::Wait(wait) = outcome {
             let bytes = body.as_ref().map_or(0, |b| b.len() as u64);
             let parked = match self.me.upgrade() {
-                Some(me) => flow::park(&self.worker, me, self.id, priority, bytes, started_ns),
+                Some(me) => flow::park(&self.worker, me, self.id, wait, bytes, started_ns),
                 None => Err(InferenceError::Internal(
                     "internal flow control error: the stream is gone".to_string(),
                 )),

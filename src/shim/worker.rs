@@ -21,7 +21,7 @@ use crate::plugin_config::FilterConfig;
 use crate::request_metrics::{self, Kind, Labels, MetricsHost, RequestMetrics};
 use crate::scheduler::prefix::PrefixIndex;
 use crate::scheduler::InFlight;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Endpoint, Snapshot};
 
 /// Envoy metrics the filter defines (shown as `wasmcustom.<name>`).
 struct Metrics {
@@ -125,6 +125,15 @@ impl Worker {
         self.snapshot.as_ref()?.profile.flow_control.clone()
     }
 
+    /// The requests this proxy (every worker) has in flight to `endpoints`: in memory, no
+    /// host call.
+    pub fn in_flight_to(&self, endpoints: &[Endpoint]) -> u64 {
+        endpoints
+            .iter()
+            .map(|e| in_flight(&self.in_flight, &self.exchange, e.index_key()).requests)
+            .sum()
+    }
+
     /// The current snapshot.
     pub fn snapshot(&self) -> Option<Rc<Snapshot>> {
         self.snapshot.clone()
@@ -167,15 +176,7 @@ impl Worker {
             self.snapshot.as_deref(),
             &self.config,
             &incoming,
-            |e| {
-                let key = e.index_key();
-                let mine = local.get(&key).copied().unwrap_or_default();
-                let others = exchange.others_in_flight(key);
-                InFlight {
-                    requests: mine.requests.saturating_add(others.requests),
-                    prefill_bytes: mine.prefill_bytes.saturating_add(others.prefill_bytes),
-                }
-            },
+            |e| in_flight(local, exchange, e.index_key()),
             &mut self.index,
             Some(&CountedSharedHost),
         );
@@ -347,4 +348,15 @@ impl Worker {
 /// `value` as a signed count (counts stay far below `i64::MAX`).
 fn signed(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// What this proxy has in flight to the endpoint `key`: this worker's count (`local`) and the
+/// other workers' (as last heard through `exchange`).
+fn in_flight(local: &HashMap<u64, InFlight>, exchange: &Exchange, key: u64) -> InFlight {
+    let mine = local.get(&key).copied().unwrap_or_default();
+    let others = exchange.others_in_flight(key);
+    InFlight {
+        requests: mine.requests.saturating_add(others.requests),
+        prefill_bytes: mine.prefill_bytes.saturating_add(others.prefill_bytes),
+    }
 }

@@ -4,7 +4,8 @@
 
 use serde::Deserialize;
 use serde_yaml::Value;
-use wasm_epp::flow_control::{BandLimits, FlowControl};
+use wasm_epp::flow_control::shortest_job_first_ordering_policy::{self, SjfParams};
+use wasm_epp::flow_control::{BandLimits, FlowControl, Ordering};
 
 use super::plugins::{Params, Plugin, Role};
 use super::raw::RawOptionalRef;
@@ -13,7 +14,7 @@ use crate::duration::parse_duration;
 
 /// `global-strict-fairness-policy`, the only fairness policy (and the default).
 pub(crate) const FAIRNESS_POLICY: &str = "global-strict-fairness-policy";
-/// `fcfs-ordering-policy`, the only ordering policy (and the default).
+/// `fcfs-ordering-policy`, the default ordering policy.
 pub(crate) const ORDERING_POLICY: &str = "fcfs-ordering-policy";
 /// `static-usage-limit-policy`, the only usage-limit policy (and the default).
 pub(crate) const USAGE_LIMIT_POLICY: &str = "static-usage-limit-policy";
@@ -25,6 +26,25 @@ pub(crate) fn usage_limit(params: &Params<'_>) -> Result<Plugin, ConfigError> {
         return Err(params.error("threshold", "must be greater than 0 and at most 1"));
     }
     Ok(Plugin::UsageLimit(threshold))
+}
+
+/// Builds a `shortest-job-first-ordering-policy` from its parameters (`maxWait`, a duration
+/// of at least 1 ms).
+pub(crate) fn shortest_job_first(params: &Params<'_>) -> Result<Plugin, ConfigError> {
+    let mut sjf = SjfParams::default();
+    if let Some(value) = params.value("maxWait") {
+        let key = "maxWait";
+        let text = value
+            .as_str()
+            .ok_or_else(|| params.error(key, "must be a duration string such as 5s"))?;
+        let wait = parse_duration(text).map_err(|e| params.error(key, e))?;
+        sjf.max_wait_ms =
+            u64::try_from(wait.as_millis()).map_err(|_| params.error(key, "too large"))?;
+        if sjf.max_wait_ms == 0 {
+            return Err(params.error(key, "must be at least 1ms"));
+        }
+    }
+    Ok(Plugin::Ordering(sjf))
 }
 
 #[derive(Deserialize)]
@@ -257,6 +277,7 @@ fn band(raw: &RawBand, at: &str, registry: &Registry) -> Result<BandLimits, Conf
             .map_or(Ok(0), |q| q.value(&format!("{at}.{field}")))?;
         Ok::<u64, ConfigError>(if value == 0 { default } else { value })
     };
+    let mut ordering = Ordering::Fcfs;
     for (field, reference, role, default) in [
         (
             "fairnessPolicyRef",
@@ -274,15 +295,27 @@ fn band(raw: &RawBand, at: &str, registry: &Registry) -> Result<BandLimits, Conf
         let Some(name) = reference.as_deref().filter(|n| !n.is_empty()) else {
             continue;
         };
+        let ordering_field = role == Role::OrderingPolicy;
         match registry.lookup(name) {
             Some(Plugin::Inherent(r)) if *r == role => {}
+            Some(Plugin::Ordering(sjf)) if ordering_field => {
+                ordering = Ordering::ShortestJobFirst(*sjf);
+            }
             Some(_) => {
+                let expected = if ordering_field {
+                    format!("{default} or {}", shortest_job_first_ordering_policy::TYPE)
+                } else {
+                    default.to_string()
+                };
                 return Err(ConfigError::invalid(
                     format!("{at}.{field}"),
-                    format!("plugin {name:?} is not a {default}"),
-                ))
+                    format!("plugin {name:?} is not a {expected}"),
+                ));
             }
             None if name == default => {}
+            None if ordering_field && name == shortest_job_first_ordering_policy::TYPE => {
+                ordering = Ordering::ShortestJobFirst(SjfParams::default());
+            }
             None => {
                 return Err(ConfigError::invalid(
                     format!("{at}.{field}"),
@@ -295,6 +328,7 @@ fn band(raw: &RawBand, at: &str, registry: &Registry) -> Result<BandLimits, Conf
         priority: raw.priority.unwrap_or(0),
         max_requests: or_default(&raw.max_requests, "maxRequests", defaults.max_requests)?,
         max_bytes: or_default(&raw.max_bytes, "maxBytes", defaults.max_bytes)?,
+        ordering,
     })
 }
 

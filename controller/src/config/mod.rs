@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use thiserror::Error;
+use wasm_epp::scheduler::filters::concurrency_detector::{self, ConcurrencyParams};
 use wasm_epp::scheduler::filters::utilization_detector;
 use wasm_epp::scheduler::profile::{
     FilterSpec, PickerSpec, PrefixCacheParams, Profile, ScorerSpec, UtilizationParams,
@@ -295,16 +296,9 @@ impl Registry {
 
     /// The plugin named `name`, which must be a `utilization-detector`; `at` is the referencing
     /// field.
-    fn resolve_detector(
-        &self,
-        at: &str,
-        name: &str,
-    ) -> Result<(&Named, &UtilizationParams), ConfigError> {
+    fn resolve_detector(&self, at: &str, name: &str) -> Result<Detector, ConfigError> {
         let named = self.resolve(at, name)?;
-        match &named.plugin {
-            Plugin::Detector(params) => Ok((named, params)),
-            _ => Err(ConfigError::invalid(at, format!("plugin {name:?} has type {:?}; expected a saturation detector (utilization-detector)", named.plugin_type))),
-        }
+        Detector::of(&named.plugin).ok_or_else(|| ConfigError::invalid(at, format!("plugin {name:?} has type {:?}; expected a saturation detector (utilization-detector or concurrency-detector)", named.plugin_type)))
     }
 
     /// The engines of the plugin named `name`, which must be a `core-metrics-extractor`.
@@ -431,7 +425,10 @@ fn compile(raw: RawConfig) -> Result<PickerConfig, ConfigError> {
         (None, Some(old)) => Some(("saturationDetector.pluginRef", old)),
         (None, None) => None,
     };
-    profile.saturation_detector = saturation_detector(&registry, reference, &in_profile)?;
+    match saturation_detector(&registry, reference, &in_profile)? {
+        Detector::Utilization(params) => profile.saturation_detector = params,
+        Detector::Concurrency(params) => profile.concurrency_detector = Some(params),
+    }
     profile.flow_control = flow_section.compiled;
     if profile.scorers.is_empty() {
         warnings.push(format!(
@@ -501,37 +498,55 @@ fn check_feature_gates(gates: &[String]) -> Result<bool, ConfigError> {
     Ok(flow_control)
 }
 
-/// The saturation detector's parameters. In order: the plugin `reference` names (a
-/// `(field, name)` pair); else the plugin named `utilization-detector` (upstream's default
-/// reference); else the only `utilization-detector` not used by the explicit profile (indexes in
-/// `in_profile`); else the defaults. Two or more unreferenced detectors are an error.
+/// A configured saturation detector.
+#[derive(Debug, Clone, PartialEq)]
+enum Detector {
+    Utilization(UtilizationParams),
+    Concurrency(ConcurrencyParams),
+}
+
+impl Detector {
+    /// The detector `plugin` is, if it is one.
+    fn of(plugin: &Plugin) -> Option<Detector> {
+        match plugin {
+            Plugin::Detector(params) => Some(Detector::Utilization(params.clone())),
+            Plugin::ConcurrencyDetector(params) => Some(Detector::Concurrency(*params)),
+            _ => None,
+        }
+    }
+}
+
+/// The saturation detector. In order: the plugin `reference` names (a `(field, name)` pair);
+/// else the plugin named `utilization-detector` (upstream's default reference); else the only
+/// detector not used by the explicit profile (indexes in `in_profile`); else a
+/// `utilization-detector` with the defaults. Two or more unreferenced detectors are an error.
 fn saturation_detector(
     registry: &Registry,
     reference: Option<(&str, &str)>,
     in_profile: &HashSet<usize>,
-) -> Result<UtilizationParams, ConfigError> {
+) -> Result<Detector, ConfigError> {
     if let Some((at, name)) = reference {
-        return Ok(registry.resolve_detector(at, name)?.1.clone());
+        return registry.resolve_detector(at, name);
     }
     let by_default_name = registry
         .by_name
         .get(utilization_detector::TYPE)
         .map(|&index| &registry.plugins[index].plugin);
     if let Some(Plugin::Detector(params)) = by_default_name {
-        return Ok(params.clone());
+        return Ok(Detector::Utilization(params.clone()));
     }
-    let mut unreferenced = registry
-        .plugins
-        .iter()
-        .filter_map(|named| match &named.plugin {
-            Plugin::Detector(params) if !in_profile.contains(&named.index) => Some((named, params)),
-            _ => None,
-        });
+    let mut unreferenced = registry.plugins.iter().filter_map(|named| {
+        let detector = Detector::of(&named.plugin)?;
+        (!in_profile.contains(&named.index)).then_some((named, detector))
+    });
     let first = unreferenced.next();
-    if let (Some((first, _)), Some((second, _))) = (first, unreferenced.next()) {
-        return Err(ConfigError::invalid(format!("plugins[{}]", second.index), format!("a second utilization-detector (first: {:?}) and no flowControl.saturationDetector.pluginRef to choose between them", first.name)));
+    if let (Some((first, _)), Some((second, _))) = (first.as_ref(), unreferenced.next()) {
+        return Err(ConfigError::invalid(format!("plugins[{}]", second.index), format!("a second saturation detector (first: {:?}) and no flowControl.saturationDetector.pluginRef to choose between them", first.name)));
     }
-    Ok(first.map(|(_, params)| params.clone()).unwrap_or_default())
+    Ok(first.map_or(
+        Detector::Utilization(UtilizationParams::default()),
+        |(_, d)| d,
+    ))
 }
 
 /// The filter a plugin is in a profile, if it is one.
@@ -575,6 +590,7 @@ fn default_profile(registry: &Registry) -> Result<Profile, ConfigError> {
         scorers,
         picker: picker.map_or_else(default_picker, |(_, spec)| spec),
         saturation_detector: Default::default(),
+        concurrency_detector: None,
         disaggregation: None,
         flow_control: None,
     })
@@ -652,6 +668,16 @@ fn explicit_profile(
                 }
                 picker = Some((&named.name, spec.clone()));
             }
+            Plugin::ConcurrencyDetector(_) => {
+                return Err(ConfigError::invalid(
+                    format!("{at}.pluginRef"),
+                    format!(
+                        "plugin {:?}: a {} is used as the saturation detector only; as a profile filter it is not supported by wasm-epp yet",
+                        named.name,
+                        concurrency_detector::TYPE
+                    ),
+                ))
+            }
             _ => {
                 return Err(ConfigError::invalid(
                     format!("{at}.pluginRef"),
@@ -669,6 +695,7 @@ fn explicit_profile(
         scorers,
         picker: picker.map_or_else(default_picker, |(_, spec)| spec),
         saturation_detector: Default::default(),
+        concurrency_detector: None,
         disaggregation: None,
         flow_control: None,
     };

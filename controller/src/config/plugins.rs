@@ -2,7 +2,9 @@
 
 use serde::de::DeserializeOwned;
 use serde_yaml::{Mapping, Value};
+use wasm_epp::flow_control::shortest_job_first_ordering_policy::{self, SjfParams};
 use wasm_epp::scheduler::disaggregation::{self as pd, Decider};
+use wasm_epp::scheduler::filters::concurrency_detector::ConcurrencyParams;
 use wasm_epp::scheduler::profile::{
     ActiveRequestParams, FilterSpec, LoadAwareParams, PickerSpec, PrefixCacheParams, ScorerSpec,
     UtilizationParams,
@@ -37,6 +39,10 @@ pub(crate) enum Plugin {
     /// `utilization-detector`: the saturation detector, which a profile may also use as a
     /// filter.
     Detector(UtilizationParams),
+    /// `concurrency-detector`: a saturation detector counting this proxy's requests in flight.
+    ConcurrencyDetector(ConcurrencyParams),
+    /// `shortest-job-first-ordering-policy`: a flow-control band's ordering.
+    Ordering(SjfParams),
     /// `file-discovery`.
     Discovery(FileSource),
     /// `core-metrics-extractor`: the engines whose metric names it reads.
@@ -90,7 +96,6 @@ const NOT_YET_SUPPORTED: &[&str] = &[
     "session-affinity-filter",
     "slo-headroom-tier-filter",
     "topology-affinity-filter",
-    "concurrency-detector",
     "header-based-testing-filter",
     // Profile handlers and deciders.
     "always-disagg-multimodal-decider",
@@ -253,6 +258,10 @@ pub(crate) fn build(
             ],
             &["inFlightLoadProducerName"],
         )?),
+        filters::concurrency_detector::TYPE => concurrency_detector(&params(
+            &["mode", "maxConcurrency"],
+            &["maxTokenConcurrency", "headroom"],
+        )?),
         "file-discovery" => file_discovery(&params(&["path", "watchFile"], &[])?),
         "metrics-data-source" => inherent(Role::DataSource, warnings),
         "core-metrics-extractor" => metrics_extractor(&params(
@@ -275,6 +284,9 @@ pub(crate) fn build(
         "openai-parser" | "passthrough-parser" => inherent(Role::Parser, warnings),
         flow_control::FAIRNESS_POLICY => inherent(Role::FairnessPolicy, warnings),
         flow_control::ORDERING_POLICY => inherent(Role::OrderingPolicy, warnings),
+        shortest_job_first_ordering_policy::TYPE => {
+            flow_control::shortest_job_first(&params(&["maxWait"], &[])?)
+        }
         flow_control::USAGE_LIMIT_POLICY => {
             flow_control::usage_limit(&params(&["threshold"], &[])?)
         }
@@ -477,6 +489,30 @@ fn utilization_detector(params: &Params<'_>) -> Result<Plugin, ConfigError> {
         detector.headroom = headroom;
     }
     Ok(Plugin::Detector(detector))
+}
+
+/// `concurrency-detector` in its `requests` mode (the only one wasm-epp has).
+fn concurrency_detector(params: &Params<'_>) -> Result<Plugin, ConfigError> {
+    match params.get::<String>("mode")?.as_deref() {
+        None | Some("requests") => {}
+        Some(mode @ ("tokens" | "hybrid")) => {
+            return Err(params.error(
+                "mode",
+                format!("mode {mode:?} is not supported by wasm-epp yet (only \"requests\")"),
+            ))
+        }
+        Some(other) => {
+            return Err(params.error(
+                "mode",
+                format!("unknown mode {other:?} (known: requests, tokens, hybrid)"),
+            ))
+        }
+    }
+    let mut detector = ConcurrencyParams::default();
+    if let Some(max) = params.positive("maxConcurrency")? {
+        detector.max_concurrency = max;
+    }
+    Ok(Plugin::ConcurrencyDetector(detector))
 }
 
 fn prefix_producer(params: &Params<'_>, warnings: &mut Vec<String>) -> Result<Plugin, ConfigError> {

@@ -448,7 +448,7 @@ fn new_plugin_errors_name_their_field() {
         ),
         (
             "plugins:\n- type: queue-scorer\nsaturationDetector: {pluginRef: queue-scorer}\n",
-            "saturationDetector.pluginRef: plugin \"queue-scorer\" has type \"queue-scorer\"; expected a saturation detector (utilization-detector)",
+            "saturationDetector.pluginRef: plugin \"queue-scorer\" has type \"queue-scorer\"; expected a saturation detector (utilization-detector or concurrency-detector)",
         ),
         (
             "flowControl: {saturationDetector: {pluginRef: nope}}\n",
@@ -473,7 +473,7 @@ fn new_plugin_errors_name_their_field() {
         ("flowControl: [a]\n", "flowControl: must be a mapping"),
         (
             "plugins:\n- name: a\n  type: utilization-detector\n- name: b\n  type: utilization-detector\n",
-            "plugins[1]: a second utilization-detector (first: \"a\")",
+            "plugins[1]: a second saturation detector (first: \"a\")",
         ),
         (
             "plugins:\n- type: label-selector-filter\n  parameters:\n    matchExpressions: [{key: a, operator: Exists, values: [x]}]\n",

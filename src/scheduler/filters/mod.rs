@@ -2,6 +2,7 @@
 //! `TYPE`. A filter narrows the candidate list (indices into the snapshot's endpoints), keeping
 //! their order.
 
+pub mod concurrency_detector;
 pub mod decode_filter;
 pub mod label_selector_filter;
 pub mod prefill_filter;

@@ -1,4 +1,6 @@
-use wasm_epp::flow_control::{BandLimits, FlowControl};
+use wasm_epp::flow_control::shortest_job_first_ordering_policy::SjfParams;
+use wasm_epp::flow_control::{BandLimits, FlowControl, Ordering};
+use wasm_epp::scheduler::filters::concurrency_detector::ConcurrencyParams;
 
 use super::super::parse;
 
@@ -62,12 +64,14 @@ flowControl:
             BandLimits {
                 priority: 10,
                 max_requests: 50,
-                max_bytes: 1_000_000_000
+                max_bytes: 1_000_000_000,
+                ordering: Ordering::Fcfs,
             },
             BandLimits {
                 priority: 0,
                 max_requests: 5_000,
-                max_bytes: 1_000_000_000
+                max_bytes: 1_000_000_000,
+                ordering: Ordering::Fcfs,
             },
         ]
     );
@@ -131,7 +135,7 @@ fn errors_name_the_field() {
         ),
         (
             "plugins: [{type: queue-scorer}]\nflowControl: {priorityBands: [{priority: 1, orderingPolicyRef: queue-scorer}]}\n",
-            "flowControl.priorityBands[0].orderingPolicyRef: plugin \"queue-scorer\" is not a fcfs-ordering-policy",
+            "flowControl.priorityBands[0].orderingPolicyRef: plugin \"queue-scorer\" is not a fcfs-ordering-policy or shortest-job-first-ordering-policy",
         ),
         (
             "flowControl: {priorityBands: [{priority: 1, weight: 2}]}\n",
@@ -146,6 +150,34 @@ fn errors_name_the_field() {
             "plugins[0].parameters.threshold: must be greater than 0 and at most 1",
         ),
         (
+            "plugins: [{type: shortest-job-first-ordering-policy, parameters: {maxWait: 0s}}]\n",
+            "plugins[0].parameters.maxWait: must be at least 1ms",
+        ),
+        (
+            "plugins: [{type: shortest-job-first-ordering-policy, parameters: {maxWait: 5}}]\n",
+            "plugins[0].parameters.maxWait: must be a duration string such as 5s",
+        ),
+        (
+            "plugins: [{type: concurrency-detector, parameters: {mode: tokens}}]\n",
+            "plugins[0].parameters.mode: mode \"tokens\" is not supported by wasm-epp yet (only \"requests\")",
+        ),
+        (
+            "plugins: [{type: concurrency-detector, parameters: {maxConcurrency: 0}}]\n",
+            "plugins[0].parameters.maxConcurrency: must be at least 1",
+        ),
+        (
+            "plugins: [{type: concurrency-detector, parameters: {headroom: 0.2}}]\n",
+            "plugins[0].parameters.headroom: parameter of \"concurrency-detector\" not supported by wasm-epp yet",
+        ),
+        (
+            "plugins: [{type: queue-scorer}, {type: concurrency-detector}]\nschedulingProfiles: [{name: default, plugins: [{pluginRef: queue-scorer}, {pluginRef: concurrency-detector}]}]\n",
+            "schedulingProfiles[0].plugins[1].pluginRef: plugin \"concurrency-detector\": a concurrency-detector is used as the saturation detector only",
+        ),
+        (
+            "plugins: [{type: concurrency-detector}, {name: other, type: utilization-detector}]\n",
+            "plugins[1]: a second saturation detector (first: \"concurrency-detector\")",
+        ),
+        (
             "plugins: [{type: round-robin-fairness-policy}]\n",
             "plugins[0].type: plugin type \"round-robin-fairness-policy\" is not supported by wasm-epp yet",
         ),
@@ -153,4 +185,44 @@ fn errors_name_the_field() {
         let error = compile(body).map(|_| ()).unwrap_err();
         assert!(error.contains(expected), "{body}: {error}");
     }
+}
+
+#[test]
+fn a_concurrency_detector_and_shortest_job_first_bands_compile() {
+    let config = compile(
+        "featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- name: slots
+  type: concurrency-detector
+  parameters: {mode: requests, maxConcurrency: 8}
+- name: short-first
+  type: shortest-job-first-ordering-policy
+  parameters: {maxWait: 2s}
+flowControl:
+  saturationDetector: {pluginRef: slots}
+  defaultPriorityBand: {orderingPolicyRef: short-first}
+  priorityBands:
+  - {priority: 5, orderingPolicyRef: shortest-job-first-ordering-policy}
+  - {priority: 1}
+",
+    )
+    .unwrap();
+    assert_eq!(
+        config.profile.concurrency_detector,
+        Some(ConcurrencyParams { max_concurrency: 8 })
+    );
+    let fc = config.profile.flow_control.expect("flow control on");
+    let sjf = |max_wait_ms| Ordering::ShortestJobFirst(SjfParams { max_wait_ms });
+    assert_eq!(fc.band(0).ordering, sjf(2_000));
+    // Named by its type without an entry: the defaults.
+    assert_eq!(fc.band(5).ordering, sjf(5_000));
+    assert_eq!(fc.band(1).ordering, Ordering::Fcfs);
+    // The only detector, unreferenced, is the one used; the default detector otherwise.
+    let alone = compile("plugins: [{type: concurrency-detector}]\n").unwrap();
+    assert_eq!(
+        alone.profile.concurrency_detector,
+        Some(ConcurrencyParams::default())
+    );
+    assert_eq!(compile("").unwrap().profile.concurrency_detector, None);
 }
