@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
 from bench import (controller_cost, flow_control, inference_perf, overhead,  # noqa: E402
-                   replicas, routing, vllm, workers)
+                   replicas, routing, shortest_first, vllm, workers)
 
 SECTIONS = {m.KEY: m for m in (routing, inference_perf, overhead, controller_cost, workers,
-                               replicas, flow_control, vllm)}
+                               replicas, flow_control, shortest_first, vllm)}
 # Printed first, in this order: the figures the project's claims rest on.
 HEADLINE = ("ttft_p90_roundrobin_over_epp", "throughput_epp_over_roundrobin",
             "goodput_epp_over_roundrobin", "goodput_epp_over_sglang", "ttft_p90_sglang_over_epp",
@@ -71,7 +71,8 @@ make overhead     # the data-plane overhead section alone (.run/bench-overhead/)
 
 The harness is `bench/run.py` with one module per section (`bench/routing.py`,
 `bench/inference_perf.py`, `bench/overhead.py`, `bench/controller_cost.py`,
-`bench/workers.py`, `bench/replicas.py`, `bench/flow_control.py`, `bench/vllm.py`); the ext_proc baseline and the fake
+`bench/workers.py`, `bench/replicas.py`, `bench/flow_control.py`, `bench/shortest_first.py`,
+`bench/vllm.py`); the ext_proc baseline and the fake
 metrics servers are the Rust crate `bench/` (`wasm-epp-extproc`, `fake-metrics`), and the overhead
 section's do-nothing Proxy-Wasm filter is `bench/host-floor`. The model servers are `vllm-sim`
 ([examples/simulator](../examples/simulator/README.md)), except in the real-vLLM section (two real
