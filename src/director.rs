@@ -192,8 +192,7 @@ pub enum Outcome {
 pub struct Wait {
     /// The band: the request's priority.
     pub priority: i32,
-    /// Its expected output tokens
-    /// ([`expected_output_tokens`](crate::flow_control::shortest_job_first_ordering_policy::expected_output_tokens)).
+    /// Its expected output tokens ([`expected_output_tokens`]).
     pub output_tokens: u64,
 }
 
@@ -236,8 +235,9 @@ impl Director {
     }
 
     /// Decides one request. `in_flight` reports what this proxy has in flight to an endpoint
-    /// (only asked when a scorer or the concurrency detector needs it); `prefix_index` is this worker's prefix index;
-    /// `sessions` holds the `session_id` strategy's bindings (`None`: nothing is bound).
+    /// (only asked when a scorer or the concurrency detector needs it); `prefix_index` is this
+    /// worker's prefix index; `sessions` holds the `session_id` strategy's bindings (`None`:
+    /// nothing is bound).
     pub fn decide(
         &mut self,
         snapshot: Option<&Snapshot>,
