@@ -11,8 +11,8 @@ the same requests:
   (`maxConcurrency` 8, the servers' batch limit), so those requests wait in Envoy instead and
   leave oldest first;
 - *shortest job first*: the same with the band ordered by `shortest-job-first-ordering-policy`
-  (fewest `max_tokens` first; a request that has waited `maxWait`, 5 s, goes first): the
-  profile `examples/profiles/prefix-lora-delay-sjf.yaml`.
+  (earliest arrival + `max_tokens` × the measured time per token first; a request that has
+  waited `maxWait`, 5 s, goes first): the profile `examples/profiles/prefix-lora-delay-sjf.yaml`.
 
 Each setup runs one step at a lighter rate (caches and the controller's measured means warm up)
 and then the edge rate several times; the TTFT quantiles are over every request of those runs
@@ -157,14 +157,14 @@ run(s) at {WORKLOAD.compare_rate:g} requests/s together.
 {table}
 
 Ratios: {listed}. Above 1: shortest job first gives the first token sooner. When a burst
-outruns the fleet, the requests beyond its batches wait either way; ordering them by their
-`max_tokens` frees batch slots sooner, so most requests wait less and the longest wait more
-(up to `maxWait`, 5 s, before they go first): the p99 is the price. Past the fleet's capacity
-every request waits and the long ones reach `maxWait`, which the
-`shortest_first_overload_ttft_p90_fcfs_over_sjf` ratio (one run) measures. What this does not
-show: clients whose `max_tokens` is a loose bound (they count as long), other workloads (with
-equal lengths the order is first come, first served, and only the concurrency detector acts),
-and real engines.
+outruns the fleet, the requests beyond its batches wait either way; releasing first the one
+that would finish first had it started on arrival lets short requests overtake long ones (by
+at most a decode of the long one), which frees batch slots sooner: most requests wait less and
+the longest wait more, so the p99 is the price. Past the fleet's capacity
+(`shortest_first_overload_ttft_p90_fcfs_over_sjf`, one run) the queue's age dominates and the
+order approaches first come, first served. What this does not show: clients whose `max_tokens`
+is a loose bound (they count as long), other workloads (with equal lengths the order is first
+come, first served, and only the concurrency detector acts), and real engines.
 """
     data = {"rate": WORKLOAD.compare_rate, "warm_rate": WARM_RATE,
             "overload_rate": OVERLOAD_RATE, "runs": n,

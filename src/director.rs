@@ -6,7 +6,7 @@
 use crate::admission;
 use crate::decision_header;
 use crate::errors::InferenceError;
-use crate::flow_control::shortest_job_first_ordering_policy::expected_output_tokens;
+use crate::flow_control::shortest_job_first_ordering_policy::finish_by_ms;
 use crate::phases::{Phase, PhaseTimer, Phases};
 use crate::plugin_config::FilterConfig;
 use crate::request::{self, Api};
@@ -192,8 +192,8 @@ pub enum Outcome {
 pub struct Wait {
     /// The band: the request's priority.
     pub priority: i32,
-    /// Its expected output tokens ([`expected_output_tokens`]).
-    pub output_tokens: u64,
+    /// When it would finish had it started now ([`finish_by_ms`]).
+    pub finish_by_ms: u64,
 }
 
 /// A scheduled request, or one that waits. Returned once per decision and unwrapped at once,
@@ -341,7 +341,11 @@ impl Director {
                 if waits {
                     return Ok(Routed::Wait(Wait {
                         priority,
-                        output_tokens: expected_output_tokens(parsed.max_output_tokens, &endpoints),
+                        finish_by_ms: finish_by_ms(
+                            incoming.now_unix_ms,
+                            parsed.max_output_tokens,
+                            &endpoints,
+                        ),
                     }));
                 }
             }
@@ -906,7 +910,7 @@ mod tests {
     fn wait(priority: i32) -> Outcome {
         Outcome::Wait(Wait {
             priority,
-            output_tokens: u64::MAX,
+            finish_by_ms: u64::MAX,
         })
     }
 
@@ -935,10 +939,11 @@ mod tests {
             )
         };
         assert!(matches!(decide_with(3), Outcome::Route(_)));
-        // Every slot taken: the request waits, with its own token limit as its length.
+        // Every slot taken: the request waits, its own token limit as its length, at the
+        // default 25 ms per token (no server reports its speed).
         let expected = Outcome::Wait(Wait {
             priority: 0,
-            output_tokens: 12,
+            finish_by_ms: incoming.now_unix_ms + 12 * 25,
         });
         assert_eq!(decide_with(4), expected);
     }

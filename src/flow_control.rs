@@ -88,7 +88,7 @@ pub enum Ordering {
     #[default]
     #[serde(rename = "fcfs-ordering-policy")]
     Fcfs,
-    /// `shortest-job-first-ordering-policy`: fewest expected output tokens first.
+    /// `shortest-job-first-ordering-policy`: earliest arrival plus expected decode time first.
     #[serde(rename = "shortest-job-first-ordering-policy")]
     ShortestJobFirst(SjfParams),
 }
@@ -136,9 +136,9 @@ pub struct Waiting {
     pub since_ms: u64,
     /// Its body's size.
     pub bytes: u64,
-    /// Its expected output tokens, for
-    /// [`shortest_job_first_ordering_policy::expected_output_tokens`].
-    pub output_tokens: u64,
+    /// When it would finish had it started on arrival, ms since the Unix epoch
+    /// ([`shortest_job_first_ordering_policy::finish_by_ms`]).
+    pub finish_by_ms: u64,
 }
 
 #[derive(Debug, Default)]

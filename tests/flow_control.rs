@@ -242,11 +242,12 @@ dataLayer:
 /// With the `concurrency-detector` the pool is full as soon as this proxy has
 /// `maxConcurrency` requests in flight per server, whatever the servers last reported; the
 /// requests beyond wait in Envoy, and a `shortest-job-first-ordering-policy` band releases the
-/// one asking for the fewest output tokens first (first come, first served would release them
-/// in the order sent).
+/// one that would finish first had it started on arrival: sent a few milliseconds apart, the
+/// one asking for the fewest output tokens (at 25 ms or more per token). First come, first
+/// served would release them in the order sent.
 #[test]
 fn in_flight_requests_fill_the_pool_and_the_shortest_job_goes_first() {
-    let slow: &[&str] = &["--ttft-base-ms", "400"];
+    let slow: &[&str] = &["--ttft-base-ms", "400", "--itl-ms", "25"];
     let fleet = fleet_from(
         "flow-control-sjf",
         FleetSpec {

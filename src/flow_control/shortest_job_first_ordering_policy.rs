@@ -1,14 +1,18 @@
 //! `shortest-job-first-ordering-policy` (not an upstream plugin): within a band, the waiting
-//! request expected to hold a server's batch slot for the fewest output tokens goes first, so
-//! a burst that outruns the fleet delays few requests a lot instead of every request behind a
-//! long one. A request's expected length is the output-token limit it gives (`max_tokens`,
+//! request that would finish first had it started when it arrived goes first: the smallest
+//! arrival time plus expected decode time (its expected output tokens × the pool's measured time
+//! per output token). So a burst that outruns the fleet delays few requests a lot instead of
+//! every request behind a long one, and a waiting request gains one token of priority for every
+//! token time it waits: a long one goes ahead of the short ones that arrived a decode of it
+//! later. Past the fleet's capacity the queue's age dominates and the order approaches first
+//! come, first served.
+//!
+//! A request's expected length is the output-token limit it gives (`max_tokens`,
 //! `max_completion_tokens`, `max_output_tokens`), else the pool's measured mean request length
 //! (the controller's moving mean of each server's generated tokens per finished request), else
-//! it sorts after every request with one. Ties go oldest first.
-//!
-//! Long requests are not starved: one that has waited `maxWait` goes before any that has not,
-//! and those go oldest first. The limit is an upper bound: a client that sets a loose one is
-//! treated as long (FCFS among themselves once past `maxWait`).
+//! it sorts after every request with one. The limit is an upper bound: a client that sets a
+//! loose one is treated as long. One that has waited `maxWait` goes before any that has not
+//! (oldest first), which bounds any wait the ordering adds.
 //!
 //! Per release: one pass over the band's waiting requests, no host call. The queue holds only
 //! what the pool has no room for (bounded by the band's `maxRequests`).
@@ -23,11 +27,15 @@ use crate::snapshot::Endpoint;
 /// The plugin's `type`: in an EndpointPickerConfig `plugins` entry.
 pub const TYPE: &str = "shortest-job-first-ordering-policy";
 
+/// The time per output token while no candidate reports its own (a decode step on one GPU
+/// takes 10–50 ms).
+const DEFAULT_MS_PER_TOKEN: f64 = 25.0;
+
 /// The policy's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SjfParams {
-    /// How long a request may wait before it goes ahead of shorter ones, ms.
+    /// How long a request may wait before it goes ahead of any that has waited less, ms.
     pub max_wait_ms: u64,
 }
 
@@ -38,8 +46,8 @@ impl Default for SjfParams {
 }
 
 /// The position in `waiting` (oldest first) of the request to release at `now_ms`: the oldest
-/// if it has waited `max_wait_ms`, else the one with the fewest expected output tokens (the
-/// oldest of those). `None` when nothing waits.
+/// if it has waited `max_wait_ms`, else the one with the earliest
+/// [`finish_by_ms`](Waiting::finish_by_ms) (the oldest of those). `None` when nothing waits.
 pub fn next(params: &SjfParams, waiting: &VecDeque<Waiting>, now_ms: u64) -> Option<usize> {
     let oldest = waiting.front()?;
     if now_ms.saturating_sub(oldest.since_ms) >= params.max_wait_ms {
@@ -48,25 +56,37 @@ pub fn next(params: &SjfParams, waiting: &VecDeque<Waiting>, now_ms: u64) -> Opt
     waiting
         .iter()
         .enumerate()
-        .min_by_key(|(at, w)| (w.output_tokens, *at))
+        .min_by_key(|(at, w)| (w.finish_by_ms, *at))
         .map(|(at, _)| at)
 }
 
-/// A request's expected output tokens: its own limit, else the mean of the `endpoints`'
-/// measured request lengths, else `u64::MAX` (after every request with a length).
-pub fn expected_output_tokens(limit: Option<u64>, endpoints: &[&Endpoint]) -> u64 {
-    limit.unwrap_or_else(|| {
-        let measured = endpoints
-            .iter()
-            .map(|e| e.metrics.output_tokens_per_request)
-            .filter(|t| t.is_finite() && *t > 0.0);
-        let (count, sum) = measured.fold((0u32, 0.0), |(n, s), t| (n + 1, s + t));
-        if count == 0 {
-            u64::MAX
-        } else {
-            (sum / f64::from(count)).round() as u64
-        }
-    })
+/// When a request that arrived at `since_ms` would finish had it started then: its expected
+/// output tokens (its `limit`, else the mean of the `endpoints`' measured request lengths)
+/// times their mean measured time per output token ([`DEFAULT_MS_PER_TOKEN`] while none
+/// reports one). `u64::MAX` when its length is unknown.
+pub fn finish_by_ms(since_ms: u64, limit: Option<u64>, endpoints: &[&Endpoint]) -> u64 {
+    let tokens = limit.map(|t| t as f64).or_else(|| {
+        mean(
+            endpoints
+                .iter()
+                .map(|e| e.metrics.output_tokens_per_request),
+        )
+    });
+    let Some(tokens) = tokens else {
+        return u64::MAX;
+    };
+    let ms_per_token = mean(endpoints.iter().map(|e| e.metrics.decode_ms_per_token))
+        .unwrap_or(DEFAULT_MS_PER_TOKEN);
+    // Saturating float-to-integer conversion: a huge limit sorts last.
+    since_ms.saturating_add((tokens * ms_per_token).round() as u64)
+}
+
+/// The mean of the measured (finite, positive) values, if any.
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (count, sum) = values
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .fold((0u32, 0.0), |(n, s), v| (n + 1, s + v));
+    (count > 0).then(|| sum / f64::from(count))
 }
 
 #[cfg(test)]
@@ -80,20 +100,20 @@ mod tests {
         items
             .iter()
             .enumerate()
-            .map(|(i, &(since_ms, output_tokens))| Waiting {
+            .map(|(i, &(since_ms, finish_by_ms))| Waiting {
                 id: i as u32,
                 since_ms,
                 bytes: 1,
-                output_tokens,
+                finish_by_ms,
             })
             .collect()
     }
 
     #[test]
-    fn the_shortest_goes_first_until_the_oldest_has_waited_max_wait() {
+    fn the_earliest_finish_goes_first_until_the_oldest_has_waited_max_wait() {
         let params = SjfParams { max_wait_ms: 1_000 };
-        let waiting = queue(&[(100, 500), (200, 40), (300, 40), (400, 700)]);
-        // The two shortest tie: the older one.
+        let waiting = queue(&[(100, 600), (200, 240), (300, 240), (400, 1_100)]);
+        // The two earliest tie: the older one.
         assert_eq!(next(&params, &waiting, 1_000), Some(1));
         // The oldest has waited 1 s: it goes, however long.
         assert_eq!(next(&params, &waiting, 1_100), Some(0));
@@ -101,14 +121,21 @@ mod tests {
     }
 
     #[test]
-    fn a_request_without_a_limit_counts_as_the_pool_mean() {
+    fn a_request_finishes_by_its_arrival_plus_its_tokens_at_the_pools_speed() {
         let mut a = endpoint(1, 0, 0.0);
         a.metrics.output_tokens_per_request = 40.0;
+        a.metrics.decode_ms_per_token = 20.0;
         let mut b = endpoint(2, 0, 0.0);
-        b.metrics.output_tokens_per_request = 61.0;
+        b.metrics.output_tokens_per_request = 60.0;
+        b.metrics.decode_ms_per_token = 40.0;
         let unmeasured = endpoint(3, 0, 0.0);
-        assert_eq!(expected_output_tokens(Some(7), &[&a]), 7);
-        assert_eq!(expected_output_tokens(None, &[&a, &b, &unmeasured]), 51);
-        assert_eq!(expected_output_tokens(None, &[&unmeasured]), u64::MAX);
+        // Its own limit at the mean speed (30 ms).
+        assert_eq!(finish_by_ms(1_000, Some(7), &[&a, &b, &unmeasured]), 1_210);
+        // No limit: the mean length (50 tokens).
+        assert_eq!(finish_by_ms(1_000, None, &[&a, &b, &unmeasured]), 2_500);
+        // Nothing measured: the default speed; no length at all: last.
+        assert_eq!(finish_by_ms(0, Some(4), &[&unmeasured]), 100);
+        assert_eq!(finish_by_ms(0, None, &[&unmeasured]), u64::MAX);
+        assert_eq!(finish_by_ms(5, Some(u64::MAX), &[&a]), u64::MAX);
     }
 }

@@ -9,7 +9,7 @@ fn waiting(id: u32, since_ms: u64) -> Waiting {
         id,
         since_ms,
         bytes: 10,
-        output_tokens: 0,
+        finish_by_ms: 0,
     }
 }
 
@@ -43,7 +43,7 @@ fn releases_the_highest_band_first_and_oldest_first_while_below_the_ceiling() {
 }
 
 #[test]
-fn a_shortest_job_first_band_releases_the_fewest_expected_tokens_first() {
+fn a_shortest_job_first_band_releases_the_earliest_finish_first() {
     let sjf = Ordering::ShortestJobFirst(SjfParams { max_wait_ms: 1_000 });
     let config = FlowControl {
         priority_bands: vec![BandLimits {
@@ -55,27 +55,27 @@ fn a_shortest_job_first_band_releases_the_fewest_expected_tokens_first() {
     };
     let mut queue = FlowQueue::default();
     let none = Summary::new();
-    for (id, priority, since_ms, output_tokens) in [
-        (1, 1, 100, 300),
-        (2, 1, 200, 20),
-        (3, 1, 300, 90),
-        (4, 0, 100, 300),
-        (5, 0, 200, 20),
+    for (id, priority, since_ms, finish_by_ms) in [
+        (1, 1, 100, 400),
+        (2, 1, 200, 220),
+        (3, 1, 300, 390),
+        (4, 0, 100, 400),
+        (5, 0, 200, 220),
     ] {
         let w = Waiting {
-            output_tokens,
+            finish_by_ms,
             ..waiting(id, since_ms)
         };
         queue.enqueue(&config, &none, priority, w).unwrap();
     }
-    // Band 1 orders by length; the default band stays first come, first served.
+    // Band 1 orders by the earliest finish; the default band stays first come, first served.
     let released = queue.release(&config, 0.0, 0.25, None, 500);
     assert_eq!(ids(&released), [2, 3, 1, 4]);
     // Once the oldest has waited `maxWait`, it goes first.
     let mut queue = FlowQueue::default();
-    for (id, since_ms, output_tokens) in [(1, 100, 300), (2, 200, 20)] {
+    for (id, since_ms, finish_by_ms) in [(1, 100, 400), (2, 200, 220)] {
         let w = Waiting {
-            output_tokens,
+            finish_by_ms,
             ..waiting(id, since_ms)
         };
         queue.enqueue(&config, &none, 1, w).unwrap();

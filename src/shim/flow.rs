@@ -248,7 +248,7 @@ pub fn park(
         id,
         since_ms: now_ns / 1_000_000,
         bytes,
-        output_tokens: wait.output_tokens,
+        finish_by_ms: wait.finish_by_ms,
     };
     let flow = worker.flow();
     flow.park(&config, stream, id, wait.priority, waiting)?;
