@@ -22,6 +22,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::Waiting;
+use crate::scheduler::Mean;
 use crate::snapshot::Endpoint;
 
 /// The plugin's `type`: in an EndpointPickerConfig `plugins` entry.
@@ -65,28 +66,17 @@ pub fn next(params: &SjfParams, waiting: &VecDeque<Waiting>, now_ms: u64) -> Opt
 /// times their mean measured time per output token ([`DEFAULT_MS_PER_TOKEN`] while none
 /// reports one). `u64::MAX` when its length is unknown.
 pub fn finish_by_ms(since_ms: u64, limit: Option<u64>, endpoints: &[&Endpoint]) -> u64 {
-    let tokens = limit.map(|t| t as f64).or_else(|| {
-        mean(
-            endpoints
-                .iter()
-                .map(|e| e.metrics.output_tokens_per_request),
-        )
-    });
-    let Some(tokens) = tokens else {
+    let (mut lengths, mut speeds) = (Mean::default(), Mean::default());
+    for m in endpoints.iter().map(|e| &e.metrics) {
+        lengths.add(m.output_tokens_per_request);
+        speeds.add(m.decode_ms_per_token);
+    }
+    let Some(tokens) = limit.map(|t| t as f64).or_else(|| lengths.get()) else {
         return u64::MAX;
     };
-    let ms_per_token = mean(endpoints.iter().map(|e| e.metrics.decode_ms_per_token))
-        .unwrap_or(DEFAULT_MS_PER_TOKEN);
+    let ms_per_token = speeds.get().unwrap_or(DEFAULT_MS_PER_TOKEN);
     // Saturating float-to-integer conversion: a huge limit sorts last.
     since_ms.saturating_add((tokens * ms_per_token).round() as u64)
-}
-
-/// The mean of the measured (finite, positive) values, if any.
-fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let (count, sum) = values
-        .filter(|v| v.is_finite() && *v > 0.0)
-        .fold((0u32, 0.0), |(n, s), v| (n + 1, s + v));
-    (count > 0).then(|| sum / f64::from(count))
 }
 
 #[cfg(test)]

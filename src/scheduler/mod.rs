@@ -216,6 +216,33 @@ pub fn schedule(
     })
 }
 
+/// A measured mean from the snapshot (0 while the controller has none).
+pub(crate) fn measured(value: f64) -> Option<f64> {
+    (value.is_finite() && value > 0.0).then_some(value)
+}
+
+/// The mean of the candidates' measured values (those they have).
+#[derive(Default)]
+pub(crate) struct Mean {
+    sum: f64,
+    count: u32,
+}
+
+impl Mean {
+    /// Counts `value` if it is [`measured`].
+    pub(crate) fn add(&mut self, value: f64) {
+        if let Some(value) = measured(value) {
+            self.sum += value;
+            self.count += 1;
+        }
+    }
+
+    /// The mean of the values counted, if any.
+    pub(crate) fn get(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / f64::from(self.count))
+    }
+}
+
 /// The bytes of a `prompt_len`-byte prompt left to prefill where `(matched, total)` of its
 /// blocks are cached: the prompt less the matched share (all of it without a match).
 pub fn uncached_bytes(prompt_len: usize, blocks: Option<(usize, usize)>) -> u64 {

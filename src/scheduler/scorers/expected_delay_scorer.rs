@@ -50,7 +50,7 @@
 //!
 //! Per request: one pass over the candidates, no host call.
 
-use crate::scheduler::{uncached_bytes, ScoringInput};
+use crate::scheduler::{measured, uncached_bytes, Mean, ScoringInput};
 
 /// The plugin's `type`: in an EndpointPickerConfig `plugins` entry and in the snapshot's profile.
 pub const TYPE: &str = "expected-delay-scorer";
@@ -123,31 +123,6 @@ pub fn score(input: &ScoringInput<'_>) -> Vec<f64> {
         *score = best / *score;
     }
     scores
-}
-
-/// A measured mean from the snapshot (0 while the controller has none).
-fn measured(value: f64) -> Option<f64> {
-    (value.is_finite() && value > 0.0).then_some(value)
-}
-
-/// The mean of the candidates' measured values (those they have).
-#[derive(Default)]
-struct Mean {
-    sum: f64,
-    count: u32,
-}
-
-impl Mean {
-    fn add(&mut self, value: f64) {
-        if let Some(value) = measured(value) {
-            self.sum += value;
-            self.count += 1;
-        }
-    }
-
-    fn get(&self) -> Option<f64> {
-        (self.count > 0).then(|| self.sum / f64::from(self.count))
-    }
 }
 
 #[cfg(test)]
