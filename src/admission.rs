@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use crate::errors::InferenceError;
-use crate::scheduler::filters::utilization_detector;
-use crate::scheduler::profile::UtilizationParams;
+use crate::scheduler::filters::{concurrency_detector, utilization_detector};
+use crate::scheduler::profile::{Profile, UtilizationParams};
 use crate::snapshot::Endpoint;
 
 /// Request header naming the InferenceObjective.
@@ -78,6 +78,21 @@ pub fn saturation<'a>(
         1.0
     } else {
         total / count as f64
+    }
+}
+
+/// The pool's saturation by the profile's detector: with a `concurrency-detector`, the
+/// `in_flight` requests (asked only then) over the endpoints' capacity; else the utilization
+/// roofline, [`saturation`], over the endpoints' metrics at `now_unix_ms`.
+pub fn pool_saturation<'a>(
+    profile: &Profile,
+    endpoints: impl ExactSizeIterator<Item = &'a Endpoint>,
+    in_flight: impl FnOnce() -> u64,
+    now_unix_ms: u64,
+) -> f64 {
+    match &profile.concurrency_detector {
+        Some(params) => concurrency_detector::saturation(params, endpoints.len(), in_flight()),
+        None => saturation(&profile.saturation_detector, endpoints, now_unix_ms),
     }
 }
 

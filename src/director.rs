@@ -12,7 +12,6 @@ use crate::plugin_config::FilterConfig;
 use crate::request::{self, Api};
 use crate::rewrite;
 use crate::scheduler::disaggregation::{self, ENCODER_HEADER, PREFILLER_HEADER};
-use crate::scheduler::filters::concurrency_detector;
 use crate::scheduler::prefix::PrefixIndex;
 use crate::scheduler::profile::{ScorerSpec, SessionAffinityParams, SessionStrategy};
 use crate::scheduler::rng::Rng;
@@ -315,22 +314,24 @@ impl Director {
         let metrics_unix_ms = snapshot.metrics_clock(incoming.now_unix_ms);
         let priority = admission::objective_priority(&snapshot.objectives, incoming.objective);
         let flow_control = snapshot.profile.flow_control.as_ref();
+        // This proxy's in-flight counts (in memory, no host call), once, for the scorers and
+        // the concurrency detector that read them.
+        let counts: Vec<InFlight> = if uses(snapshot, ScorerSpec::reads_in_flight)
+            || snapshot.profile.concurrency_detector.is_some()
+        {
+            endpoints.iter().map(|e| in_flight(e)).collect()
+        } else {
+            Vec::new()
+        };
         if priority < 0 || flow_control.is_some() {
-            // A pass over the candidates' metrics, only for a sheddable request or with flow
-            // control on.
-            let saturation = match &snapshot.profile.concurrency_detector {
-                // This proxy's in-flight counts: in memory, no host call.
-                Some(params) => concurrency_detector::saturation(
-                    params,
-                    endpoints.len(),
-                    endpoints.iter().map(|e| in_flight(e).requests).sum(),
-                ),
-                None => admission::saturation(
-                    &snapshot.profile.saturation_detector,
-                    endpoints.iter().copied(),
-                    metrics_unix_ms,
-                ),
-            };
+            // A pass over the candidates' metrics (or counts), only for a sheddable request or
+            // with flow control on.
+            let saturation = admission::pool_saturation(
+                &snapshot.profile,
+                endpoints.iter().copied(),
+                || counts.iter().map(|c| c.requests).sum(),
+                metrics_unix_ms,
+            );
             if !incoming.flow.released {
                 // A sheddable request is shed while the pool is saturated, flow control or not.
                 admission::admit(priority, saturation)?;
@@ -366,11 +367,6 @@ impl Director {
             .session_token
             .and_then(session_affinity_scorer::decode)
             .or_else(|| bound.as_ref().map(|(endpoint, _)| endpoint.clone()));
-        let counts: Vec<InFlight> = if uses(snapshot, ScorerSpec::reads_in_flight) {
-            endpoints.iter().map(|e| in_flight(e)).collect()
-        } else {
-            Vec::new()
-        };
         self.timer.mark(Phase::Parse);
         let request = Request {
             model: &target,

@@ -173,27 +173,24 @@ impl Flow {
                 out.push((stream, Some(flow_control::expired_error(pool_empty))));
             }
         }
-        let (saturation, step) = match &snapshot.profile.concurrency_detector {
+        let profile = &snapshot.profile;
+        let saturation = admission::pool_saturation(
+            profile,
+            endpoints.iter(),
+            || in_flight,
+            snapshot.metrics_clock(now_ms),
+        );
+        let step = match &profile.concurrency_detector {
             Some(params) => {
                 // The in-flight counts see every request released before this turn.
                 self.queue.metrics_changed();
-                (
-                    concurrency_detector::saturation(params, endpoints.len(), in_flight),
-                    concurrency_detector::step(params, endpoints.len()),
-                )
+                concurrency_detector::step(params, endpoints.len())
             }
+            // A released request is assumed to wait in some server's queue until the metrics
+            // see it: it adds 1 / (queue threshold × endpoints) to the average.
             None => {
-                let detector = &snapshot.profile.saturation_detector;
-                let saturation = admission::saturation(
-                    detector,
-                    endpoints.iter(),
-                    snapshot.metrics_clock(now_ms),
-                );
-                // A released request is assumed to wait in some server's queue until the
-                // metrics see it: it adds 1 / (queue threshold × endpoints) to the average.
-                let step =
-                    1.0 / (detector.queue_depth_threshold.max(1.0) * endpoints.len().max(1) as f64);
-                (saturation, step)
+                let depth = profile.saturation_detector.queue_depth_threshold.max(1.0);
+                1.0 / (depth * endpoints.len().max(1) as f64)
             }
         };
         let released = self
