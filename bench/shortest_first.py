@@ -12,7 +12,7 @@ the same requests:
   leave oldest first;
 - *shortest job first*: the same with the band ordered by `shortest-job-first-ordering-policy`
   (earliest arrival + `max_tokens` × the measured time per token first; a request that has
-  waited `maxWait`, 5 s, goes first): the profile `examples/profiles/prefix-lora-delay-sjf.yaml`.
+  waited `maxWait`, 30 s, goes first): the profile `examples/profiles/prefix-lora-delay-sjf.yaml`.
 
 Each setup runs one step at a lighter rate (caches and the controller's measured means warm up)
 and then the edge rate several times; the TTFT quantiles are over every request of those runs
@@ -33,7 +33,7 @@ WARM_RATE = 10.0
 OVERLOAD_RATE = 14.0
 # The profile for bursty traffic: the shipped one plus flow control with the concurrency
 # detector and a shortest-job-first band.
-SJF_CONFIG = (common.REPO / "examples" / "profiles" / "prefix-lora-delay-sjf.yaml").read_text()
+SJF_CONFIG = routing.SJF_CONFIG
 SJF_BAND = "orderingPolicyRef: shortest-job-first-ordering-policy"
 FCFS_BAND = "orderingPolicyRef: fcfs-ordering-policy"
 

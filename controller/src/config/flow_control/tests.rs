@@ -216,7 +216,7 @@ flowControl:
     let sjf = |max_wait_ms| Ordering::ShortestJobFirst(SjfParams { max_wait_ms });
     assert_eq!(fc.band(0).ordering, sjf(2_000));
     // Named by its type without an entry: the defaults.
-    assert_eq!(fc.band(5).ordering, sjf(5_000));
+    assert_eq!(fc.band(5).ordering, sjf(30_000));
     assert_eq!(fc.band(1).ordering, Ordering::Fcfs);
     // The only detector, unreferenced, is the one used; the default detector otherwise.
     let alone = compile("plugins: [{type: concurrency-detector}]\n").unwrap();
