@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from bench import common, peers, traces
@@ -48,6 +49,9 @@ REQUEST_TIMEOUT_S = 120
 # The profile wasm-epp ships for mixed traffic on unequal servers: prefix-cache and LoRA
 # affinity with the expected-delay scorer as its load signal (the file says why).
 TUNED_CONFIG = (common.REPO / "examples" / "profiles" / "prefix-lora-delay.yaml").read_text()
+# The same plus flow control: a concurrency detector at the servers' batch limit and a band
+# ordered shortest job first (`bench/shortest_first.py` compares its ordering alone).
+SJF_CONFIG = (common.REPO / "examples" / "profiles" / "prefix-lora-delay-sjf.yaml").read_text()
 
 
 @dataclass(frozen=True)
@@ -71,12 +75,14 @@ POLICIES = (
     Policy("vllm_cache_aware", "vllm-router cache_aware", peer=("vllm", "cache_aware")),
     Policy("epp_default", "wasm-epp default"),
     Policy("epp_tuned", "wasm-epp + LoRA affinity + expected delay", config=TUNED_CONFIG),
+    Policy("epp_sjf", "wasm-epp + LoRA affinity + expected delay + shortest job first",
+           config=SJF_CONFIG),
 )
 QUICK_POLICIES = ("round_robin", "sglang_cache_aware", "epp_default")
 # Peer policies, for "the best peer" of a workload.
 PEER_POLICIES = tuple(p.key for p in POLICIES if p.peer)
 # The wasm-epp profile the goodput ratios speak for (the first of these that ran).
-EPP_FOR_GOODPUT = ("epp_tuned", "epp_default")
+EPP_FOR_GOODPUT = ("epp_sjf", "epp_tuned", "epp_default")
 
 
 @dataclass(frozen=True)
@@ -142,8 +148,9 @@ def step_seconds(quick: bool) -> float:
 
 def compare_repeats(quick: bool) -> int:
     """How often each policy runs its workload's comparison step. A 20 s step's TTFT p90 near
-    saturation differed by up to 4.7× between consecutive runs on this 2-core VM; the step
-    kept is the run with the median p90, so one unlucky run decides no ratio."""
+    saturation differed by up to 4.7× between consecutive runs on this 2-core VM; the step's
+    quantiles are over every request of the runs together (`pooled_step`), so one burst
+    decides no ratio."""
     return 1 if quick else 3
 
 
@@ -238,17 +245,18 @@ def measure(ctx: common.Ctx) -> dict:
                     if climb_done(workload, steps):
                         break
                     runs = compare_repeats(ctx.quick) if rate == workload.compare_rate else 1
-                    repeats = []
+                    repeats, answered = [], []
                     for attempt in range(runs):
                         label = f"{workload.key}-{policy.key}-{rate:g}" + (
                             f"-{attempt + 1}" if runs > 1 else "")
                         repeats.append(run_step(ctx, procs, envoy, sims, workload, rate, label,
                                                 sent))
                         sent += repeats[-1]["requests"]
+                        answered.append(traces.read(common.trace_path(procs, label)))
                         print(f"  routing {label}: ttft p90 "
                               f"{common.fmt(_q(repeats[-1], 'ttft_ms', 'p90'))} ms, "
                               f"hit {repeats[-1]['prefix_hit_rate']:.0%}", flush=True)
-                    steps.append(median_step(repeats))
+                    steps.append(pooled_step(repeats, answered))
                 results[workload.key][policy.key] = steps
                 procs.stop(started)
     return results
@@ -272,18 +280,45 @@ def climb_done(workload: Workload, steps: list[dict]) -> bool:
             and not within_slo(last, workload.slo_ttft_p90_ms))
 
 
-def median_step(repeats: list[dict]) -> dict:
-    """Of one step's repeated runs, the one with the median TTFT p90 (a run without answers
-    counts as the slowest), with every run's p90 in `repeats_ttft_p90_ms` when there were
-    several."""
-    def p90(step: dict) -> float:
-        value = _q(step, "ttft_ms", "p90")
-        return math.inf if math.isnan(value) else value
-    ordered = sorted(repeats, key=p90)
-    chosen = dict(ordered[(len(ordered) - 1) // 2])
-    if len(repeats) > 1:
-        chosen["repeats_ttft_p90_ms"] = [_q(r, "ttft_ms", "p90") for r in repeats]
-    return chosen
+def pooled_step(repeats: list[dict], answered: list[list[traces.Request]]) -> dict:
+    """One step from its repeated runs: TTFT and end-to-end quantiles over every answered
+    request of the runs together (`answered`, their traces, run by run), requests and answers
+    summed, the rates and the hit rate their means, with every run's own TTFT p90 in
+    `repeats_ttft_p90_ms` when there were several. A single run is kept as it is."""
+    if len(repeats) == 1:
+        return repeats[0]
+    pooled = [r for run in answered for r in run]
+
+    def quantiles(values: list[float]) -> dict[str, float]:
+        return {q: common.percentile(values, p) for q, p in (("p50", 50), ("p90", 90),
+                                                             ("p99", 99))} if values else {}
+
+    def mean(key: str) -> float:
+        return sum(r[key] for r in repeats) / len(repeats)
+    counts, errors = Counter(), Counter()  # update() keeps a server that got none
+    for run in repeats:
+        counts.update(run["spread"]["requests"])
+        errors.update(run["errors"])
+    ttft = quantiles([r.ttft_ms for r in pooled])
+    # Which of the runs' requests met a full fleet, the tail now being the pooled one's.
+    full = [traces.summary(run, BATCH_LIMIT, ttft.get("p90")) for run in answered]
+    return {
+        "rate": repeats[0]["rate"],
+        "requests": sum(r["requests"] for r in repeats),
+        "ok": sum(r["ok"] for r in repeats),
+        "errors": dict(errors),
+        "ttft_ms": ttft,
+        "e2e_ms": quantiles([r.latency_ms for r in pooled]),
+        "output_tokens_per_s": mean("output_tokens_per_s"),
+        "wall_s": sum(r["wall_s"] for r in repeats),
+        "prefix_hit_rate": mean("prefix_hit_rate"),
+        "lora_loads": sum(r["lora_loads"] for r in repeats),
+        "spread": _spread(dict(counts)),
+        "full_fleet": {"requests": sum(f["at_full_fleet"] for f in full),
+                       "tail": sum(f["tail"] for f in full),
+                       "tail_at_full_fleet": sum(f["tail_at_full_fleet"] for f in full)},
+        "repeats_ttft_p90_ms": [_q(r, "ttft_ms", "p90") for r in repeats],
+    }
 
 
 def _sim_scales(workload: Workload) -> list[list[str]]:
@@ -445,8 +480,9 @@ def _workload_markdown(workload: Workload, by_policy: dict[str, list[dict]],
     repeated = {labels[key]: s["repeats_ttft_p90_ms"] for key, steps in by_policy.items()
                 for s in steps if s.get("repeats_ttft_p90_ms")}
     runs = max((len(p90s) for p90s in repeated.values()), default=0)
-    repeats = (f"At the comparison step each policy ran {runs} times; the table keeps the run "
-               "with the median TTFT p90. Every run's TTFT p90 (ms): "
+    repeats = (f"At the comparison step each policy ran {runs} times; the table's latency "
+               "quantiles are over every request of those runs together, its request counts "
+               "their sums and its rates their means. Each run's own TTFT p90 (ms): "
                + "; ".join(f"{label} {' / '.join(common.fmt(p) for p in p90s)}"
                            for label, p90s in repeated.items()) + ".\n"
                if repeated else "")
@@ -482,10 +518,10 @@ def _repeats_text(quick: bool) -> str:
     runs = compare_repeats(quick)
     if runs == 1:
         return "once each"
-    return (f"once each except the comparison step, which runs {runs} times in a row (the "
-            "run with the median TTFT p90 is kept; the n-th run gets the same requests under "
-            "every policy, and no run repeats another's prompts, so runs differ in their mix "
-            "of lengths as well as in this VM's noise)")
+    return (f"once each except the comparison step, which runs {runs} times in a row (its "
+            "latency quantiles are over every request of the runs together; the n-th run gets "
+            "the same requests under every policy, and no run repeats another's prompts, so "
+            "runs differ in their mix of lengths as well as in this VM's noise)")
 
 
 def markdown(results: dict, figures: dict[str, str], section_ratios: dict[str, float],
@@ -517,6 +553,16 @@ Envoy is for the other policies: measured here with 200 sequential requests it a
 0.3-0.4 ms p50 over a direct request (sglang-router) and 1.1-1.7 ms for vllm-router's
 `cache_aware`; Envoy with wasm-epp adds about 0.3 ms (see the overhead section).
 
+wasm-epp runs three profiles: upstream's default; `examples/profiles/prefix-lora-delay.yaml`
+(prefix-cache and LoRA affinity with the expected-delay scorer as its load signal); and
+`examples/profiles/prefix-lora-delay-sjf.yaml`, the same plus flow control: a
+`concurrency-detector` at the servers' batch limit ({BATCH_LIMIT}) holds the requests beyond
+the fleet's batches in Envoy, and its band releases first the one that would finish first had
+it started on arrival (arrival + `max_tokens` × the servers' measured time per token). The
+goodput ratios speak for the last. The load generator sends each request's own output length
+as `max_tokens` (on shared prefix and multi-LoRA every request has the same, so the order there
+is first come, first served); the peers do not use it.
+
 *busiest server* is the largest share of a step's requests that one server got (25 % is even);
 *spread CV* the coefficient of variation of the requests per server. *out tok/s* divides by the step's wall time including the drain of requests still
 running when the last one was sent, so a policy that builds a backlog shows less. *sent to a
@@ -545,6 +591,7 @@ def run(ctx: common.Ctx) -> common.Section:
     section_ratios = ratios(results)
     data = {"mode": "quick" if ctx.quick else "full", "simulators": SIMS, "sim_args": SIM_ARGS,
             "step_s": step_seconds(ctx.quick), "tuned_config": TUNED_CONFIG,
+            "sjf_config": SJF_CONFIG,
             "workloads": {w.key: {"args": list(w.args), "slo_ttft_p90_ms": w.slo_ttft_p90_ms,
                                   "time_scales": list(w.time_scales)} for w in WORKLOADS},
             "results": results, "goodput": goodputs(results), "figures": figures}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import unittest
 
-from bench import routing
+from bench import common, routing, traces
 
 
 def step(rate: float, p90: float, tokens: float, ok: int | None = None) -> dict:
@@ -41,21 +41,45 @@ class GoodputTest(unittest.TestCase):
         self.assertEqual(routing.goodput(steps, 1000)["rate"], 10)
 
 
-class MedianStepTest(unittest.TestCase):
-    def test_keeps_the_run_with_the_median_p90_and_lists_every_run(self) -> None:
-        runs = [step(12, 300, 500), step(12, 250, 510), step(12, 420, 490)]
-        chosen = routing.median_step(runs)
-        self.assertEqual(chosen["output_tokens_per_s"], 500)
-        self.assertEqual(chosen["repeats_ttft_p90_ms"], [300, 250, 420])
-        self.assertNotIn("repeats_ttft_p90_ms", runs[0], "the runs are left as they were")
+def run(p90: float, tokens: float, served: dict[str, int]) -> dict:
+    """One run of a repeated step, with the fields `pooled_step` sums or averages."""
+    requests = sum(served.values())
+    return step(12, p90, tokens) | {
+        "requests": requests, "ok": requests, "errors": {"timeout": 1}, "wall_s": 20.0,
+        "lora_loads": 2, "spread": routing._spread(served)}
 
-    def test_a_run_without_answers_counts_as_the_slowest(self) -> None:
-        runs = [step(12, math.nan, 0, ok=0), step(12, 250, 510), step(12, 300, 500)]
-        self.assertEqual(routing.median_step(runs)["output_tokens_per_s"], 500)
+
+def answers(*ttfts: float) -> list[traces.Request]:
+    """A run's trace: requests to one server, each answered in its TTFT + 100 ms."""
+    return [traces.Request("a", i * 0.1, t, t + 100) for i, t in enumerate(ttfts)]
+
+
+class PooledStepTest(unittest.TestCase):
+    def test_quantiles_are_over_every_request_of_the_runs_together(self) -> None:
+        # 20 requests: 18 at 100 ms, one at 900, one at 1000. Each run alone has a p90 of
+        # its own; together the p90 is over all of them.
+        runs = [run(300, 500, {"a": 10, "b": 0}), run(700, 600, {"a": 5, "b": 5})]
+        traced = [answers(*[100] * 9, 900), answers(*[100] * 9, 1000)]
+        pooled = routing.pooled_step(runs, traced)
+        every = [r.ttft_ms for t in traced for r in t]
+        self.assertEqual(pooled["ttft_ms"]["p90"], common.percentile(every, 90))
+        self.assertEqual(pooled["e2e_ms"]["p50"], 200)
+        self.assertEqual(pooled["repeats_ttft_p90_ms"], [300, 700])
+        self.assertEqual((pooled["requests"], pooled["ok"]), (20, 20))
+        self.assertEqual(pooled["errors"], {"timeout": 2})
+        self.assertEqual(pooled["output_tokens_per_s"], 550)
+        self.assertEqual(pooled["spread"]["requests"], {"a": 15, "b": 5})
+        self.assertEqual(pooled["full_fleet"]["requests"], 0)
+
+    def test_a_step_without_answers_has_no_quantiles(self) -> None:
+        runs = [run(math.nan, 0, {"a": 3}), run(math.nan, 0, {"a": 3})]
+        pooled = routing.pooled_step(runs, [[], []])
+        self.assertTrue(math.isnan(routing._q(pooled, "ttft_ms", "p90")))
+        self.assertFalse(routing.within_slo(pooled, 1000))
 
     def test_a_single_run_is_kept_as_it_is(self) -> None:
-        run = step(12, 300, 500)
-        self.assertEqual(routing.median_step([run]), run)
+        single = step(12, 300, 500)
+        self.assertEqual(routing.pooled_step([single], [answers(1, 2)]), single)
 
 
 # The shared-prefix workload's comparison step (between 8 and 32 requests/s).
@@ -99,6 +123,14 @@ class GoodputRatiosTest(unittest.TestCase):
         self.assertAlmostEqual(out["shared_prefix_goodput_epp_over_best_peer"], tuned / sglang)
         self.assertAlmostEqual(out["ttft_p90_sglang_over_epp"], 800 / 500)
         self.assertAlmostEqual(out["shared_prefix_ttft_p90_best_peer_over_epp"], 800 / 500)
+
+
+    def test_the_shortest_job_first_profile_speaks_for_wasm_epp_when_it_ran(self) -> None:
+        results = self.results()
+        results["shared_prefix"]["epp_sjf"] = results["shared_prefix"].pop("epp_tuned")
+        results["shared_prefix"]["epp_tuned"] = results["shared_prefix"]["round_robin"]
+        out = routing.ratios(results)
+        self.assertAlmostEqual(out["ttft_p90_sglang_over_epp"], 800 / 500)
 
 
 class FullFleetColumnTest(unittest.TestCase):

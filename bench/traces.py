@@ -61,12 +61,14 @@ def full_fleet(requests: list[Request], limit: int) -> list[bool]:
     return flags
 
 
-def summary(requests: list[Request], limit: int) -> dict:
-    """A trace's TTFT p90 and how many requests (and of its tail) arrived at a full fleet."""
-    tail_from = common.percentile([r.ttft_ms for r in requests], 90)
+def summary(requests: list[Request], limit: int, tail_from: float | None = None) -> dict:
+    """A trace's TTFT p90 and how many requests (and of its tail: those at or above
+    `tail_from`, by default that p90) arrived at a full fleet."""
+    p90 = common.percentile([r.ttft_ms for r in requests], 90)
+    tail_from = p90 if tail_from is None else tail_from
     flags = full_fleet(requests, limit)
     tail = [full for r, full in zip(requests, flags) if r.ttft_ms >= tail_from]
-    return {"requests": len(requests), "ttft_p90_ms": tail_from,
+    return {"requests": len(requests), "ttft_p90_ms": p90,
             "at_full_fleet": sum(flags), "tail": len(tail), "tail_at_full_fleet": sum(tail)}
 
 
