@@ -289,10 +289,6 @@ def pooled_step(repeats: list[dict], answered: list[list[traces.Request]]) -> di
         return repeats[0]
     pooled = [r for run in answered for r in run]
 
-    def quantiles(values: list[float]) -> dict[str, float]:
-        return {q: common.percentile(values, p) for q, p in (("p50", 50), ("p90", 90),
-                                                             ("p99", 99))} if values else {}
-
     def mean(key: str) -> float:
         return sum(r[key] for r in repeats) / len(repeats)
     counts, errors = Counter(), Counter()  # update() keeps a server that got none
@@ -319,6 +315,11 @@ def pooled_step(repeats: list[dict], answered: list[list[traces.Request]]) -> di
                        "tail_at_full_fleet": sum(f["tail_at_full_fleet"] for f in full)},
         "repeats_ttft_p90_ms": [_q(r, "ttft_ms", "p90") for r in repeats],
     }
+
+
+def quantiles(values: list[float]) -> dict[str, float]:
+    """The p50, p90 and p99 of `values` as a step reports them (NaN without values)."""
+    return {q: common.percentile(values, p) for q, p in (("p50", 50), ("p90", 90), ("p99", 99))}
 
 
 def _sim_scales(workload: Workload) -> list[list[str]]:

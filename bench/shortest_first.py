@@ -94,8 +94,7 @@ def measure(ctx: common.Ctx) -> dict[str, dict]:
                 "steps": steps,
                 "answered": len(ttfts),
                 "requests": sum(s["requests"] for s in steps),
-                "ttft_ms": {q: common.percentile(ttfts, p)
-                            for q, p in (("p50", 50), ("p90", 90), ("p99", 99))},
+                "ttft_ms": routing.quantiles(ttfts),
                 "overload": overload,
             }
             pooled = results[setup.key]["ttft_ms"]
