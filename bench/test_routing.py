@@ -104,6 +104,26 @@ class ClimbTest(unittest.TestCase):
                                                      step(CMP + 4, 1000, 550)]))
 
 
+class RunsWantedTest(unittest.TestCase):
+    def test_the_comparison_step_runs_repeatedly_in_a_full_run_only(self) -> None:
+        self.assertEqual(routing.runs_wanted(SHARED, CMP, [], quick=False),
+                         routing.compare_repeats(False))
+        self.assertEqual(routing.runs_wanted(SHARED, CMP, [], quick=True), 1)
+
+    def test_a_step_before_the_comparison_step_runs_once_even_beyond_the_slo(self) -> None:
+        self.assertEqual(routing.runs_wanted(SHARED, 8, [step(8, 5000, 100)], quick=False), 1)
+
+    def test_a_step_past_it_repeats_only_when_its_first_run_missed_the_slo(self) -> None:
+        self.assertEqual(routing.runs_wanted(SHARED, CMP + 4, [], quick=False), 1)
+        self.assertEqual(routing.runs_wanted(SHARED, CMP + 4, [step(CMP + 4, 900, 500)],
+                                             quick=False), 1)
+        for missed in (step(CMP + 4, 1500, 500), step(CMP + 4, 400, 500, ok=1)):
+            self.assertEqual(routing.runs_wanted(SHARED, CMP + 4, [missed], quick=False),
+                             routing.compare_repeats(False))
+        self.assertEqual(routing.runs_wanted(SHARED, CMP + 4, [step(CMP + 4, 1500, 500)],
+                                             quick=True), 1)
+
+
 class GoodputRatiosTest(unittest.TestCase):
     def results(self) -> dict:
         slow = [step(8, 300, 200), step(CMP, 2000, 600), step(32, 4000, 650)]
