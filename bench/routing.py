@@ -265,9 +265,9 @@ def measure(ctx: common.Ctx) -> dict:
 def runs_wanted(workload: Workload, rate: float, runs: list[dict], quick: bool) -> int:
     """How many runs the step at `rate` gets, given its `runs` so far: `compare_repeats` at
     the comparison step and at a step past it whose first run missed the SLO, one otherwise.
-    That step bounds the policy's goodput, which interpolates towards its TTFT p90; past
-    capacity a single 20 s run's p90 swung by up to 1.8× between runs on this VM (shared
-    prefix at 24 requests/s: 3.1 s in a bench run, 1.8 s pooled over three screening runs)."""
+    That step bounds the policy's goodput, which interpolates towards its TTFT p90, and past
+    capacity one 20 s run's p90 says little on this VM (sglang-router's three runs of shared
+    prefix at 24 requests/s at d5ea651: 1.87 / 1.05 / 3.31 s)."""
     compare = workload.compare_rate
     if compare is None or rate < compare:
         return 1
@@ -496,7 +496,7 @@ def _workload_markdown(workload: Workload, by_policy: dict[str, list[dict]],
                 for key, steps in by_policy.items() for s in steps
                 if s.get("repeats_ttft_p90_ms")}
     runs = max((len(p90s) for p90s in repeated.values()), default=0)
-    repeats = (f"At the comparison step, and at a step past it whose first run missed the SLO, "
+    repeats = ("At the comparison step, and at a step past it whose first run missed the SLO, "
                f"each policy ran {runs} times; the table's latency quantiles are over every "
                "request of those runs together, its request counts their sums and its rates "
                "their means. Each run's own TTFT p90 (ms): "
@@ -535,8 +535,8 @@ def _repeats_text(quick: bool) -> str:
     runs = compare_repeats(quick)
     if runs == 1:
         return "once each"
-    return (f"once each except the steps that decide the goodput ratios: the comparison "
-            f"step, and the first step past it whose first run misses the SLO (the goodput "
+    return ("once each except the steps that decide the goodput ratios: the comparison "
+            "step, and the first step past it whose first run misses the SLO (the goodput "
             f"interpolates towards its p90), run {runs} times in a row (their "
             "latency quantiles are over every request of the runs together; the n-th run gets "
             "the same requests under every policy, and no run repeats another's prompts, so "
