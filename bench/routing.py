@@ -268,10 +268,8 @@ def runs_wanted(workload: Workload, rate: float, runs: list[dict], quick: bool) 
     That step bounds the policy's goodput, which interpolates towards its TTFT p90, and past
     capacity one 20 s run's p90 says little on this VM (sglang-router's three runs of shared
     prefix at 24 requests/s at d5ea651: 1.87 / 1.05 / 3.31 s)."""
-    compare = workload.compare_rate
-    if compare is None or rate < compare:
-        return 1
-    if rate == compare or (runs and not within_slo(runs[0], workload.slo_ttft_p90_ms)):
+    # A first run that would end the policy's climb is the step that bounds its goodput.
+    if rate == workload.compare_rate or (runs and climb_done(workload, runs[:1])):
         return compare_repeats(quick)
     return 1
 
